@@ -22,6 +22,7 @@ use dialect::json::Unparsed;
 use serde_json::Value;
 
 use crate::edge::body::{BodyShare, Busy};
+use crate::metrics::Limit;
 use crate::state::AppState;
 
 /// The operator's key, named in every refusal of a body past it.
@@ -49,9 +50,9 @@ pub fn parse(state: &AppState, bytes: &[u8]) -> Result<Value, McpUnparsed> {
     let (value, wide) = dialect::json::parse_noting_wide(bytes, limit)
         .inspect_err(|why| {
             if why.is_too_deep() {
-                state.metrics().limit_tripped("json_depth");
+                state.metrics().limit_tripped(Limit::JsonDepth);
             } else if matches!(why, Unparsed::TooManyValues(_)) {
-                state.metrics().limit_tripped("json_values");
+                state.metrics().limit_tripped(Limit::JsonValues);
             }
         })
         .map_err(McpUnparsed::Json)?;
@@ -77,8 +78,8 @@ pub fn parse(state: &AppState, bytes: &[u8]) -> Result<Value, McpUnparsed> {
 /// `bytes` read strictly (A2A, `POST /v1/commit`), within `[limits] json_values`.
 pub fn parse_strict(state: &AppState, bytes: &[u8]) -> Result<Value, CanonError> {
     canon::parse_bounded(bytes, state.limits().json_values).inspect_err(|why| match why {
-        CanonError::TooDeep { .. } => state.metrics().limit_tripped("json_depth"),
-        CanonError::TooManyValues { .. } => state.metrics().limit_tripped("json_values"),
+        CanonError::TooDeep { .. } => state.metrics().limit_tripped(Limit::JsonDepth),
+        CanonError::TooManyValues { .. } => state.metrics().limit_tripped(Limit::JsonValues),
         _ => {}
     })
 }

@@ -62,7 +62,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::extract::Params;
 use crate::log_summary::{self, Summary};
-use crate::metrics::Metrics;
+use crate::metrics::{Limit, Metrics};
 use crate::quota::{Held, Quota};
 use crate::rest::{page_limit, ApiError};
 use crate::state::AppState;
@@ -382,7 +382,7 @@ async fn stream(
     let episode_slot = match &reader {
         Reader::Episode(episode) => {
             Some(hub.inner.per_episode.take(episode, 1).ok_or_else(|| {
-                hub.inner.metrics.limit_tripped("log_streams_per_episode");
+                hub.inner.metrics.limit_tripped(Limit::LogStreamsPerEpisode);
                 ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "Unavailable",
@@ -396,7 +396,7 @@ async fn stream(
         Reader::Everyone | Reader::Operator => None,
     };
     let slot = hub.inner.slots.clone().try_acquire_owned().map_err(|_| {
-        hub.inner.metrics.limit_tripped("log_streams");
+        hub.inner.metrics.limit_tripped(Limit::LogStreams);
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "Unavailable",

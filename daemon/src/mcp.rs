@@ -77,6 +77,7 @@ use tokio::time::Instant;
 
 use crate::edge::body::BodyError;
 use crate::json_bounds::{self, McpUnparsed, Refused};
+use crate::metrics::Limit;
 use crate::state::{AppState, InvokeFailure};
 
 mod jsonrpc;
@@ -199,7 +200,7 @@ async fn serve_post(state: AppState, headers: HeaderMap, body: Body) -> Response
             return transport::batch_refused(version);
         }
         if items == jsonrpc::BatchLen::MoreThan {
-            state.metrics().limit_tripped("batch_items");
+            state.metrics().limit_tripped(Limit::BatchItems);
             let why = format!(
                 "a batch of more than {limit} messages ([limits] batch_items); nothing was run"
             );
@@ -294,7 +295,7 @@ async fn serve_batch(ctx: &Ctx<'_>, version: &'static str, items: Vec<Value>) ->
             // tripped once a request is held back, counted once a batch.
             if let Message::Request { id, .. } = item {
                 if !std::mem::replace(&mut cut, true) {
-                    ctx.state.metrics().limit_tripped("reply_bytes");
+                    ctx.state.metrics().limit_tripped(Limit::ReplyBytes);
                 }
                 replies.push_uncounted(&Reply::not_run(id, limits.reply_bytes));
             }
@@ -314,7 +315,7 @@ async fn serve_batch(ctx: &Ctx<'_>, version: &'static str, items: Vec<Value>) ->
                 // (a call would be refused before its intent anyway), and the POST is answered
                 // with the one timed-out envelope, as when an item runs past it.
                 if Instant::now() >= ctx.deadline {
-                    ctx.state.metrics().limit_tripped("call_deadline");
+                    ctx.state.metrics().limit_tripped(Limit::CallDeadline);
                     tracing::warn!(episode = %session.episode, "mcp: the batch's deadline passed; its remaining items were not started");
                     return transport::host_failure(&Value::Null, HostFailure::TimedOut);
                 }

@@ -27,6 +27,90 @@ pub enum MetricsFor {
     Operators,
 }
 
+/// Declares [`Limit`] from one list of variants and their labels, so that [`Limit::ALL`] and
+/// [`Limit::label`] cannot leave one out.
+macro_rules! limits {
+    ($($(#[$doc:meta])* $variant:ident => $label:literal,)*) => {
+        /// A limit of the edge or of a protocol that tripped: the `limit` label of
+        /// `worldd_limit_trips_total`, as `docs/operators.md` lists them.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub enum Limit {
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl Limit {
+            /// Every limit, in the order `docs/operators.md` lists them.
+            pub const ALL: &'static [Limit] = &[$(Limit::$variant,)*];
+
+            /// The `limit` label.
+            pub const fn label(self) -> &'static str {
+                match self {
+                    $(Limit::$variant => $label,)*
+                }
+            }
+        }
+    };
+}
+
+limits! {
+    /// A request whose Host is not allowed (403).
+    Host => "host",
+    /// A request whose Origin is not allowed (403).
+    Origin => "origin",
+    /// A connection closed at once: `[server] max_connections` open, none idle.
+    Connections => "connections",
+    /// An idle connection closed to make room for a new one.
+    ConnectionsIdle => "connections_idle",
+    /// A new connection at `[server] max_connections` waited for its first bytes while the
+    /// listener looked for an idle one to close.
+    ConnectionsLook => "connections_look",
+    /// A request head not received within `[server] header_timeout_ms`.
+    HeaderTimeout => "header_timeout",
+    /// A request body not received within `[server] body_timeout_ms`.
+    BodyTimeout => "body_timeout",
+    /// A request body over its route's limit (413).
+    BodySize => "body_size",
+    /// A request body sent in too many small pieces.
+    BodySmallPieces => "body_small_pieces",
+    /// A request body refused for the whole body budget (`[server] body_budget_bytes`).
+    BodyBudget => "body_budget",
+    /// A request body refused for its credential's share of the body budget.
+    BodyShare => "body_share",
+    /// A request body refused: its credential's bodies being read already take a quarter of
+    /// `[server] max_connections`.
+    BodyReaders => "body_readers",
+    /// A request head over its size limit (431).
+    HeadSize => "head_size",
+    /// An answer its client did not read within `[server] send_timeout_ms`.
+    SendTimeout => "send_timeout",
+    /// An answer refused or replaced for the whole reply budget (503).
+    ReplyBudget => "reply_budget",
+    /// An answer refused or replaced for its credential's share of the reply budget (503).
+    ReplyShare => "reply_share",
+    /// A REST read that waited `[server] read_wait_ms` for its turn (503).
+    ReadWait => "read_wait",
+    /// A log stream refused: `[server] log_streams` open.
+    LogStreams => "log_streams",
+    /// A log stream refused: `[server] log_streams_per_episode` open for its episode.
+    LogStreamsPerEpisode => "log_streams_per_episode",
+    /// An MCP batch of more items than `[limits] batch_items`.
+    BatchItems => "batch_items",
+    /// A body of more JSON values than `[limits] json_values`.
+    JsonValues => "json_values",
+    /// A body nested deeper than its parser reads (128 levels, fixed).
+    JsonDepth => "json_depth",
+    /// A batch whose replies reached `[limits] reply_bytes` (once a batch).
+    ReplyBytes => "reply_bytes",
+    /// A call or batch still under way at `[limits] call_deadline_ms`.
+    CallDeadline => "call_deadline",
+    /// `accept` failed (out of descriptors or memory), and the listener backed off.
+    AcceptError => "accept_error",
+    /// A plugin log line cut at its length limit.
+    PluginLogBytes => "plugin_log_bytes",
+    /// A plugin log line dropped for its rate.
+    PluginLogRate => "plugin_log_rate",
+}
+
 /// Latency buckets, in seconds.
 const BUCKETS: [f64; 10] = [
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.0,
@@ -237,15 +321,10 @@ impl Metrics {
         }
     }
 
-    /// A limit of the edge or of a protocol tripped (`limit` names it, as in the docs).
-    pub fn limit_tripped(&self, limit: &'static str) {
-        self.limit_tripped_times(limit, 1);
-    }
-
-    /// `limit` tripped `times` more times (counted elsewhere, added at once).
-    pub fn limit_tripped_times(&self, limit: &'static str, times: u64) {
+    /// A limit of the edge or of a protocol tripped.
+    pub fn limit_tripped(&self, limit: Limit) {
         if let Ok(mut m) = self.inner.limit_trips.lock() {
-            *m.entry(limit).or_default() += times;
+            *m.entry(limit.label()).or_default() += 1;
         }
     }
 
@@ -257,15 +336,15 @@ impl Metrics {
     }
 
     /// How often `limit` tripped so far.
-    pub fn trips(&self, limit: &str) -> u64 {
+    pub fn trips(&self, limit: Limit) -> u64 {
         let dropped = match limit {
-            "plugin_log_rate" => self.inner.plugin_log_dropped.load(Ordering::Relaxed),
+            Limit::PluginLogRate => self.inner.plugin_log_dropped.load(Ordering::Relaxed),
             _ => 0,
         };
         self.inner
             .limit_trips
             .lock()
-            .map(|m| m.get(limit).copied().unwrap_or(0))
+            .map(|m| m.get(limit.label()).copied().unwrap_or(0))
             .unwrap_or(0)
             + dropped
     }
@@ -436,7 +515,7 @@ impl Metrics {
                 .unwrap_or_default();
             let dropped = inner.plugin_log_dropped.load(Ordering::Relaxed);
             if dropped > 0 {
-                *trips.entry("plugin_log_rate").or_default() += dropped;
+                *trips.entry(Limit::PluginLogRate.label()).or_default() += dropped;
             }
             Mutex::new(trips)
         };

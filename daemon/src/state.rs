@@ -19,7 +19,7 @@ use crate::edge::host::HostPolicy;
 use crate::edge::ServerConfig;
 use crate::limits::Limits;
 use crate::log_stream::LogStreamHub;
-use crate::metrics::Metrics;
+use crate::metrics::{Limit, Metrics};
 use crate::watched::{self, CallResult, Ended, WatchedCall};
 
 /// Why authentication did not produce a session.
@@ -423,7 +423,7 @@ impl AppState {
     /// The call deadline passed first. The handler's deadline is the watch's; this one bounds
     /// the rest of the call (a store that does not answer), which may then still commit.
     fn past_call_deadline(&self) -> InvokeFailure {
-        self.inner.metrics.limit_tripped("call_deadline");
+        self.inner.metrics.limit_tripped(Limit::CallDeadline);
         InvokeFailure::TimedOut
     }
 }

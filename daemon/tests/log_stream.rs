@@ -742,8 +742,16 @@ async fn streams_beyond_the_limit_are_refused() {
         v,
         error_body("Unavailable", "too many open log streams: the limit is 32")
     );
-    assert_eq!(h.state.metrics().trips("log_streams"), 1);
-    assert_eq!(h.state.metrics().trips("log_streams_per_episode"), 0);
+    assert_eq!(
+        h.state.metrics().trips(worldd::metrics::Limit::LogStreams),
+        1
+    );
+    assert_eq!(
+        h.state
+            .metrics()
+            .trips(worldd::metrics::Limit::LogStreamsPerEpisode),
+        0
+    );
     open.pop();
     let mut s = h.stream(Some(t), "", &[]).await;
     h.call(t, "a").await;
@@ -777,7 +785,12 @@ async fn one_episode_cannot_hold_every_log_stream() {
             "too many open log streams for this episode: the limit is 4"
         )
     );
-    assert_eq!(h.state.metrics().trips("log_streams_per_episode"), 1);
+    assert_eq!(
+        h.state
+            .metrics()
+            .trips(worldd::metrics::Limit::LogStreamsPerEpisode),
+        1
+    );
     assert_eq!(h.state.log_stream().open_streams(), 4);
     let mut theirs = h.stream(Some(&other), "", &[]).await;
     h.call(&other, "a").await;
@@ -822,7 +835,10 @@ async fn the_configured_stream_limits_are_the_ones_enforced() {
     assert_eq!(h.state.log_stream().open_streams(), 3);
     let m = h.state.metrics();
     assert_eq!(
-        (m.trips("log_streams_per_episode"), m.trips("log_streams")),
+        (
+            m.trips(worldd::metrics::Limit::LogStreamsPerEpisode),
+            m.trips(worldd::metrics::Limit::LogStreams)
+        ),
         (1, 1)
     );
 }

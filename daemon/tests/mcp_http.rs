@@ -685,7 +685,7 @@ async fn bodies_over_4_mib_are_413() {
     h.send(declared)
         .await
         .assert_text(StatusCode::PAYLOAD_TOO_LARGE, text);
-    assert_eq!(h.state.metrics().trips("body_size"), 2);
+    assert_eq!(h.state.metrics().trips(worldd::metrics::Limit::BodySize), 2);
 }
 
 #[tokio::test]
@@ -2066,7 +2066,10 @@ async fn a_huge_mcp_batch_is_refused_whole_and_runs_nothing() {
         r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request: a batch of more than 64 messages ([limits] batch_items); nothing was run"}}"#
     );
     assert_eq!(h.revision(), before);
-    assert_eq!(h.state.metrics().trips("batch_items"), 1);
+    assert_eq!(
+        h.state.metrics().trips(worldd::metrics::Limit::BatchItems),
+        1
+    );
     // At the limit it runs.
     let list: Vec<Value> = (0..64)
         .map(|i| json!({"jsonrpc": "2.0", "id": i, "method": "tools/list"}))
@@ -2100,7 +2103,10 @@ async fn a_batch_stops_running_at_the_reply_limit() {
         );
     }
     assert_eq!(h.revision(), before + ran as u64);
-    assert_eq!(h.state.metrics().trips("reply_bytes"), 1);
+    assert_eq!(
+        h.state.metrics().trips(worldd::metrics::Limit::ReplyBytes),
+        1
+    );
 }
 
 #[tokio::test]

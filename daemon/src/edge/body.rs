@@ -39,7 +39,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::reply::Client;
-use crate::metrics::Metrics;
+use crate::metrics::{Limit, Metrics};
 use crate::quota::{Held, Quota};
 
 /// The unit of the body budget.
@@ -217,11 +217,11 @@ impl From<Busy> for BodyError {
 
 impl Busy {
     /// The `limit` label it is counted under in `worldd_limit_trips_total`.
-    pub fn limit(self) -> &'static str {
+    pub fn limit(self) -> Limit {
         match self {
-            Busy::Budget => "body_budget",
-            Busy::Share => "body_share",
-            Busy::Readers => "body_readers",
+            Busy::Budget => Limit::BodyBudget,
+            Busy::Share => Limit::BodyShare,
+            Busy::Readers => Limit::BodyReaders,
         }
     }
 
@@ -321,14 +321,14 @@ impl Bodies {
             _ = closing.wait_for(|closing| *closing) => Err(BodyError::ShuttingDown),
         };
         match &result {
-            Err(BodyError::TooLarge) => self.metrics.limit_tripped("body_size"),
-            Err(BodyError::TooManyPieces(_)) => self.metrics.limit_tripped("body_small_pieces"),
+            Err(BodyError::TooLarge) => self.metrics.limit_tripped(Limit::BodySize),
+            Err(BodyError::TooManyPieces(_)) => self.metrics.limit_tripped(Limit::BodySmallPieces),
             Err(BodyError::TimedOut) => {
-                self.metrics.limit_tripped("body_timeout");
+                self.metrics.limit_tripped(Limit::BodyTimeout);
                 super::linger::body_timed_out();
             }
             Err(BodyError::PastCallDeadline) => {
-                self.metrics.limit_tripped("call_deadline");
+                self.metrics.limit_tripped(Limit::CallDeadline);
                 super::linger::body_timed_out();
             }
             // Its answer does not wait for the rest of the body either.
@@ -701,7 +701,7 @@ mod tests {
         let r = b.read(&HeaderMap::new(), body, 1 << 20, far).await;
         assert_eq!(r.err(), Some(BodyError::TooManyPieces(100)));
         assert_eq!(frames(&read), 101);
-        assert_eq!(b.metrics.trips("body_small_pieces"), 1);
+        assert_eq!(b.metrics.trips(Limit::BodySmallPieces), 1);
         // Past a 10-byte size limit at the 11th piece, then drained: 90 pieces are left of the
         // 100, and the drain stops at the one past them.
         let (body, read) = drip(10_000);
@@ -729,7 +729,7 @@ mod tests {
         let r = b.read(&length(4096), body, 4096, deadline).await;
         assert_eq!(r.err(), Some(BodyError::TimedOut));
         assert_eq!(Instant::now(), deadline);
-        assert_eq!(b.metrics.trips("body_timeout"), 1);
+        assert_eq!(b.metrics.trips(Limit::BodyTimeout), 1);
         // Its share of the budget is back.
         assert_eq!(b.budget.available_permits(), 1024);
     }
@@ -756,8 +756,8 @@ mod tests {
         assert_eq!(Instant::now(), call_deadline);
         assert_eq!(
             (
-                b.metrics.trips("call_deadline"),
-                b.metrics.trips("body_timeout")
+                b.metrics.trips(Limit::CallDeadline),
+                b.metrics.trips(Limit::BodyTimeout)
             ),
             (1, 0)
         );
@@ -782,8 +782,8 @@ mod tests {
         assert_eq!(Instant::now(), start + Duration::from_secs(1));
         assert_eq!(
             (
-                b.metrics.trips("call_deadline"),
-                b.metrics.trips("body_timeout")
+                b.metrics.trips(Limit::CallDeadline),
+                b.metrics.trips(Limit::BodyTimeout)
             ),
             (1, 1)
         );
@@ -802,7 +802,7 @@ mod tests {
             .read(&HeaderMap::new(), Body::from(vec![b'x'; 11]), 10, far)
             .await;
         assert_eq!(r.err(), Some(BodyError::TooLarge));
-        assert_eq!(b.metrics.trips("body_size"), 2);
+        assert_eq!(b.metrics.trips(Limit::BodySize), 2);
         let r = b
             .read(&length(10), Body::from(vec![b'x'; 10]), 10, far)
             .await;
@@ -842,7 +842,7 @@ mod tests {
             .read(&from('c', HeaderMap::new()), body(big(4)), 1 << 20, far)
             .await;
         assert_eq!(r.err(), Some(BodyError::Busy(Busy::Budget)));
-        assert_eq!(b.metrics.trips("body_budget"), 2);
+        assert_eq!(b.metrics.trips(Limit::BodyBudget), 2);
         // Small bodies are never refused for the budget.
         let r = b
             .read(
@@ -858,7 +858,7 @@ mod tests {
             .read(&from('d', HeaderMap::new()), body(big(8)), 1 << 20, far)
             .await;
         assert_eq!(r.unwrap().bytes.len(), big(8));
-        assert_eq!(b.metrics.trips("body_share"), 0);
+        assert_eq!(b.metrics.trips(Limit::BodyShare), 0);
     }
 
     #[tokio::test(start_paused = true)]
@@ -878,7 +878,7 @@ mod tests {
             .read(&from('a', length(2)), Body::from("{}"), 1 << 20, deadline)
             .await;
         assert_eq!(r.err(), Some(BodyError::Busy(Busy::Readers)));
-        assert_eq!(b.metrics.trips("body_readers"), 1);
+        assert_eq!(b.metrics.trips(Limit::BodyReaders), 1);
         // Another credential reads; once a read ends, its place is free again.
         let r = b
             .read(&from('b', length(2)), Body::from("{}"), 1 << 20, deadline)
@@ -917,7 +917,7 @@ mod tests {
         // A second body of the same credential would pass its 16 KiB share.
         let r = read('a', true, 10).await;
         assert_eq!(r.err(), Some(BodyError::Busy(Busy::Share)));
-        assert_eq!(b.metrics.trips("body_share"), 1);
+        assert_eq!(b.metrics.trips(Limit::BodyShare), 1);
         // However its header spells the credential.
         let mut respelled = length(big(10));
         respelled.insert(
@@ -936,7 +936,7 @@ mod tests {
         assert_eq!(b.budget.available_permits(), 64 - 10 - 10 - 6 - 30);
         let r = read('c', false, 1).await;
         assert_eq!(r.err(), Some(BodyError::Busy(Busy::Share)));
-        assert_eq!(b.metrics.trips("body_share"), 3);
+        assert_eq!(b.metrics.trips(Limit::BodyShare), 3);
         // Everything comes back when the bodies are dropped.
         drop((a1, a2, b1, c1));
         assert_eq!(b.budget.available_permits(), 64);

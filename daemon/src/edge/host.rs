@@ -27,6 +27,7 @@ use axum::Json;
 use serde_json::json;
 
 use super::ServerConfig;
+use crate::metrics::Limit;
 use crate::state::AppState;
 
 /// The Host and Origin values this daemon accepts.
@@ -45,10 +46,10 @@ pub enum Refused {
 
 impl Refused {
     /// The metrics label.
-    pub fn limit(&self) -> &'static str {
+    pub fn limit(&self) -> Limit {
         match self {
-            Refused::Host(_) => "host",
-            Refused::Origin(_) => "origin",
+            Refused::Host(_) => Limit::Host,
+            Refused::Origin(_) => Limit::Origin,
         }
     }
 
@@ -242,7 +243,7 @@ fn lacks_host(request: &Request) -> bool {
 /// The middleware: refuse before anything else runs.
 pub async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
     if lacks_host(&request) {
-        state.metrics().limit_tripped("host");
+        state.metrics().limit_tripped(Limit::Host);
         return (
             StatusCode::BAD_REQUEST,
             Json(json!({"error": {"class": "BadRequest", "message": HOST_REQUIRED}})),

@@ -29,7 +29,7 @@ use super::reply::{Budgeted, Client, ReplyBudget};
 use super::send::SendDeadline;
 use super::{linger, ServerConfig};
 use crate::log_throttle::Throttle;
-use crate::metrics::Metrics;
+use crate::metrics::{Limit, Metrics};
 
 /// Descriptors kept free for everything that is not a client connection: the store, plugin
 /// libraries and their child processes, logs.
@@ -205,7 +205,7 @@ fn find_room(
 ) -> Found {
     match connections.room(|| arrived(stream, known)) {
         Room::Look(looking) => {
-            metrics.limit_tripped("connections_look");
+            metrics.limit_tripped(Limit::ConnectionsLook);
             Found::Look(looking)
         }
         room => placed(room, metrics).map_or(Found::None, Found::Place),
@@ -216,11 +216,11 @@ fn find_room(
 fn placed(room: Room, metrics: &Metrics) -> Option<Place> {
     match room {
         Room::Full | Room::Look(_) => {
-            metrics.limit_tripped("connections");
+            metrics.limit_tripped(Limit::Connections);
             None
         }
         Room::Made(waiting) => {
-            metrics.limit_tripped("connections_idle");
+            metrics.limit_tripped(Limit::ConnectionsIdle);
             Some(Err(waiting))
         }
         Room::Free(registered) => Some(Ok(registered)),
@@ -337,7 +337,7 @@ async fn take_slot(
         Err(waiting) => match connections.slot(waiting).await {
             Some(registered) => Some(registered),
             None => {
-                metrics.limit_tripped("connections");
+                metrics.limit_tripped(Limit::Connections);
                 None
             }
         },
@@ -349,11 +349,11 @@ async fn take_slot(
 fn count_end(e: &hyper::Error, watched: &Watched, metrics: &Metrics) {
     if e.is_timeout() {
         if !watched.idle() {
-            metrics.limit_tripped("header_timeout");
+            metrics.limit_tripped(Limit::HeaderTimeout);
         }
     } else if e.is_parse_too_large() {
         // hyper has answered 431 (head, URI or header count too large).
-        metrics.limit_tripped("head_size");
+        metrics.limit_tripped(Limit::HeadSize);
     } else {
         tracing::debug!("connection ended: {e}");
     }
@@ -435,7 +435,7 @@ struct AcceptErrors(Throttle);
 
 impl AcceptErrors {
     fn report(&mut self, e: &std::io::Error, metrics: &Metrics) {
-        metrics.limit_tripped("accept_error");
+        metrics.limit_tripped(Limit::AcceptError);
         if let Some(unlogged) = self.0.due("accept_error") {
             tracing::warn!(
                 errors = unlogged + 1,
@@ -497,7 +497,7 @@ mod tests {
         .await;
         assert!(place.is_none(), "closed: nothing came");
         assert_eq!(started.elapsed(), FIRST_BYTES_WAIT);
-        assert_eq!(metrics.trips("connections"), 1);
+        assert_eq!(metrics.trips(Limit::Connections), 1);
         // Its place to look in was given back.
         assert_eq!(for_first_bytes(64), 16);
         let looks: Vec<Room> = (0..16).map(|_| conns.room(|| Arrived::Nothing)).collect();
@@ -531,8 +531,8 @@ mod tests {
             matches!(place, Some(Err(_))),
             "a place kept for a known credential, an idle connection told to close for it"
         );
-        assert_eq!(metrics.trips("connections_idle"), 1);
-        assert_eq!(metrics.trips("connections"), 0);
+        assert_eq!(metrics.trips(Limit::ConnectionsIdle), 1);
+        assert_eq!(metrics.trips(Limit::Connections), 0);
         drop(writer.await.unwrap());
     }
 

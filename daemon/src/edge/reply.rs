@@ -49,7 +49,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::edge::credential;
-use crate::metrics::Metrics;
+use crate::metrics::{Limit, Metrics};
 use crate::quota::{Held, Quota};
 use crate::rest::ApiError;
 
@@ -176,7 +176,7 @@ impl ReplyBudget {
         // Without a credential: always run.
         client.0.as_ref()?;
         if self.shares.is_full(client) {
-            self.metrics.limit_tripped("reply_share");
+            self.metrics.limit_tripped(Limit::ReplyShare);
             return Some(busy(SHARE_TEXT));
         }
         let mut refused = self.refused.lock().ok()?;
@@ -186,11 +186,11 @@ impl ReplyBudget {
             return None;
         }
         if self.shares.held(client) + kib > self.shares.cap() {
-            self.metrics.limit_tripped("reply_share");
+            self.metrics.limit_tripped(Limit::ReplyShare);
             return Some(busy(SHARE_TEXT));
         }
         if self.free_kib() < kib {
-            self.metrics.limit_tripped("reply_budget");
+            self.metrics.limit_tripped(Limit::ReplyBudget);
             return Some(busy(BUSY_TEXT));
         }
         refused.remove(client);
@@ -233,7 +233,7 @@ impl ReplyBudget {
             (None, Some(peer)) => {
                 kib = kib.min(self.anonymous_peers.cap());
                 let Some(held) = self.anonymous_peers.take(&peer, kib) else {
-                    self.metrics.limit_tripped("reply_share");
+                    self.metrics.limit_tripped(Limit::ReplyShare);
                     return busy(ANONYMOUS_PEER_TEXT);
                 };
                 Some(held)
@@ -241,7 +241,7 @@ impl ReplyBudget {
             _ => None,
         };
         let Some(held) = self.shares.take(client, kib) else {
-            self.metrics.limit_tripped("reply_share");
+            self.metrics.limit_tripped(Limit::ReplyShare);
             self.note_refused(client, kib);
             return busy(match client.0 {
                 Some(_) => SHARE_TEXT,
@@ -253,7 +253,7 @@ impl ReplyBudget {
             .clone()
             .try_acquire_many_owned(u32::try_from(kib).unwrap_or(u32::MAX))
         else {
-            self.metrics.limit_tripped("reply_budget");
+            self.metrics.limit_tripped(Limit::ReplyBudget);
             self.note_refused(client, kib);
             return busy(BUSY_TEXT);
         };
@@ -501,8 +501,8 @@ mod tests {
         assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(refused.headers()[RETRY_AFTER], "1");
         assert_eq!(message(refused).await, BUSY_TEXT);
-        assert_eq!(metrics.trips("reply_budget"), 1);
-        assert_eq!(metrics.trips("reply_share"), 0);
+        assert_eq!(metrics.trips(Limit::ReplyBudget), 1);
+        assert_eq!(metrics.trips(Limit::ReplyShare), 0);
         assert_eq!(
             b.bound(&client("e"), None, answer(1000)).await.status(),
             StatusCode::OK
@@ -531,13 +531,13 @@ mod tests {
         let second = b.bound(&a, None, answer(16 * KIB + 40 * KIB)).await;
         assert_eq!(second.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(message(second).await, SHARE_TEXT);
-        assert_eq!(metrics.trips("reply_share"), 1);
+        assert_eq!(metrics.trips(Limit::ReplyShare), 1);
         let full = b.bound(&a, None, answer(16 * KIB + 24 * KIB)).await;
         assert_eq!(full.status(), StatusCode::OK);
         let early = b.refuse_early(&a).expect("64 of 64 KiB held");
         assert_eq!(early.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(message(early).await, SHARE_TEXT);
-        assert_eq!(metrics.trips("reply_share"), 2);
+        assert_eq!(metrics.trips(Limit::ReplyShare), 2);
         assert!(b.refuse_early(&other).is_none());
         assert_eq!(
             b.bound(&other, None, answer(16 * KIB + 64 * KIB))
@@ -575,7 +575,7 @@ mod tests {
             b.refuse_early(&client("b")).is_none(),
             "another client runs"
         );
-        assert_eq!(metrics.trips("reply_share"), 2);
+        assert_eq!(metrics.trips(Limit::ReplyShare), 2);
         // The hold ends after the second it was told to wait: it may try again.
         tokio::time::advance(REFUSED_HOLD).await;
         assert!(b.refuse_early(&a).is_none());

@@ -24,7 +24,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
-use crate::metrics::Metrics;
+use crate::metrics::{Limit, Metrics};
 
 /// Bytes a client must take in each send timeout of waiting to reset it (or the rest of the
 /// answer). At the default 10 s this is a floor of 6.4 KiB/s while the daemon waits.
@@ -91,7 +91,7 @@ impl<S: ResetOnClose> SendDeadline<S> {
             return Poll::Pending;
         }
         self.tripped = true;
-        self.metrics.limit_tripped("send_timeout");
+        self.metrics.limit_tripped(Limit::SendTimeout);
         self.inner.reset_on_close();
         Poll::Ready(Err(timed_out()))
     }
@@ -274,12 +274,12 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::TimedOut);
         assert_eq!(e.to_string(), SEND_TIMEOUT_MESSAGE);
         assert_eq!(start.elapsed(), Duration::from_millis(1000));
-        assert_eq!(metrics.trips("send_timeout"), 1);
+        assert_eq!(metrics.trips(Limit::SendTimeout), 1);
         // Every later write fails at once, and the trip is counted once.
         let e = write(&mut c, 1).await.unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::TimedOut);
         assert_eq!(start.elapsed(), Duration::from_millis(1000));
-        assert_eq!(metrics.trips("send_timeout"), 1);
+        assert_eq!(metrics.trips(Limit::SendTimeout), 1);
     }
 
     /// The clock runs only while a write is blocked: 900 ms blocked, an hour idle, and the
@@ -293,7 +293,7 @@ mod tests {
         let start = Instant::now();
         assert!(write(&mut c, 10).await.is_err());
         assert_eq!(start.elapsed(), Duration::from_millis(100));
-        assert_eq!(metrics.trips("send_timeout"), 1);
+        assert_eq!(metrics.trips(Limit::SendTimeout), 1);
     }
 
     /// 64 KiB taken resets the clock: after 900 ms blocked and 64 KiB taken, the next wait
@@ -328,7 +328,7 @@ mod tests {
         assert_eq!(err.kind(), io::ErrorKind::TimedOut);
         assert_eq!(taken, 2048);
         assert_eq!(start.elapsed(), Duration::from_millis(1000));
-        assert_eq!(metrics.trips("send_timeout"), 1);
+        assert_eq!(metrics.trips(Limit::SendTimeout), 1);
     }
 
     /// A client keeping pace is never cut, however long the answer takes in all.
@@ -343,6 +343,6 @@ mod tests {
         while taken < 66 * MIN_PROGRESS_BYTES as usize {
             taken += write(&mut c, MIN_PROGRESS_BYTES as usize).await.unwrap();
         }
-        assert_eq!(metrics.trips("send_timeout"), 0);
+        assert_eq!(metrics.trips(Limit::SendTimeout), 0);
     }
 }

@@ -26,6 +26,7 @@ use tokio::time::Instant;
 
 use super::reply::Client;
 use super::ServerConfig;
+use crate::metrics::Limit;
 use crate::state::AppState;
 
 /// What a client whose reads waited too long is told.
@@ -125,7 +126,7 @@ pub async fn take_turn(State(state): State<AppState>, request: Request, next: Ne
             response
         }
         None => {
-            state.metrics().limit_tripped("read_wait");
+            state.metrics().limit_tripped(Limit::ReadWait);
             crate::rest::ApiError::busy(WAIT_TEXT).into_response()
         }
     }

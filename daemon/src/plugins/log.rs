@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use handler_api::LogLevel;
 
 use crate::limits::Limits;
-use crate::metrics::Metrics;
+use crate::metrics::{Limit, Metrics};
 
 /// How often a flood's dropped messages are counted in the log while it lasts.
 pub const REPORT_EVERY: Duration = Duration::from_secs(10);
@@ -192,7 +192,7 @@ impl PluginLog {
         if message.len() <= self.message_bytes {
             return message.into();
         }
-        self.metrics.limit_tripped("plugin_log_bytes");
+        self.metrics.limit_tripped(Limit::PluginLogBytes);
         let shown = crate::text::head(message, self.message_bytes);
         format!(
             "{shown}… ({} bytes more; [limits] plugin_log_bytes)",
@@ -234,7 +234,7 @@ mod tests {
         assert_eq!(g.pass(t0), pass(false, true, None));
         assert_eq!(g.pass(t0), pass(false, false, None));
         // Counted in the metrics as they are dropped; the log's count comes later.
-        assert_eq!(g.metrics.trips("plugin_log_rate"), 2);
+        assert_eq!(g.metrics.trips(Limit::PluginLogRate), 2);
         // The flood goes on, a message every 100 ms: about one in three finds a token and is
         // logged, the rest are dropped, and nothing more is said until REPORT_EVERY.
         let mut dropped = 2;
@@ -247,7 +247,7 @@ mod tests {
         let due = t0 + REPORT_EVERY;
         let p = g.pass(due);
         assert_eq!((p.starts, p.report), (false, Some(dropped)));
-        assert_eq!(g.metrics.trips("plugin_log_rate"), dropped);
+        assert_eq!(g.metrics.trips(Limit::PluginLogRate), dropped);
         // A message that read the clock before the last one took the lock finds no more
         // tokens for the time between.
         let early = due - Duration::from_millis(500);
@@ -290,7 +290,7 @@ mod tests {
     fn a_long_message_is_cut_on_a_character_boundary_saying_what_was_left_out() {
         let g = gate(5, 10);
         assert_eq!(g.cut("12345"), "12345");
-        assert_eq!(g.metrics.trips("plugin_log_bytes"), 0);
+        assert_eq!(g.metrics.trips(Limit::PluginLogBytes), 0);
         assert_eq!(
             g.cut("1234567"),
             "12345… (2 bytes more; [limits] plugin_log_bytes)"
@@ -300,6 +300,6 @@ mod tests {
             g.cut("1234é6"),
             "1234… (3 bytes more; [limits] plugin_log_bytes)"
         );
-        assert_eq!(g.metrics.trips("plugin_log_bytes"), 2);
+        assert_eq!(g.metrics.trips(Limit::PluginLogBytes), 2);
     }
 }
