@@ -832,7 +832,7 @@ impl Coordinator {
                 records: state.effect_records,
             }),
             // Nothing ran and nothing was spent; the key stays used.
-            TaskPhase::Withdrawn => Err(CallError::NotStarted),
+            TaskPhase::Withdrawn => Err(CallError::Withdrawn),
             TaskPhase::Committed => self.replay_committed_as(&p.invocation_id, &state).map(Some),
         }
     }

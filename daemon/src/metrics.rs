@@ -203,9 +203,12 @@ pub fn outcome_label(result: &Result<CallOutput, CallError>) -> &'static str {
         Err(CallError::HandlerTimedOut) => "timed_out",
         // Nothing ran and no unit stays spent (refused before its intent, or withdrawn after
         // it), unlike `timed_out`.
-        Err(CallError::NoTimeToStart | CallError::NotStarted | CallError::PreflightTimedOut) => {
-            "too_late"
-        }
+        Err(
+            CallError::NoTimeToStart
+            | CallError::NotStarted
+            | CallError::Withdrawn
+            | CallError::PreflightTimedOut,
+        ) => "too_late",
         Err(CallError::NoHandler | CallError::NoWorktree(_)) => "no_handler",
         Err(CallError::RefusalRate) => "refusal_rate",
         // Not full: the daemon stopped writing because its store's files were swapped.

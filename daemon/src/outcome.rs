@@ -192,9 +192,10 @@ pub fn of_failure(f: &InvokeFailure) -> Option<Outcome> {
             CallError::NotCommitted => Outcome::indeterminate("pending"),
             CallError::EffectsUnrecorded { .. } => Outcome::indeterminate("unrecorded"),
             CallError::HandlerTimedOut => Outcome::indeterminate("timeout"),
-            CallError::NoTimeToStart | CallError::NotStarted | CallError::PreflightTimedOut => {
-                Outcome::too_late()
-            }
+            CallError::NoTimeToStart
+            | CallError::NotStarted
+            | CallError::Withdrawn
+            | CallError::PreflightTimedOut => Outcome::too_late(),
             CallError::NoHandler | CallError::NoWorktree(_) | CallError::NoWorld => {
                 Outcome::unavailable()
             }

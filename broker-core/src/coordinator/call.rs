@@ -179,6 +179,13 @@ pub enum CallError {
     /// stays used: a resend of it gets this again.
     #[error("the call's deadline passed while its intent was journaled: its handler was not started, nothing was spent, and the call was not committed; its key stays used: send it again under another key")]
     NotStarted,
+    /// A resend of a call that was withdrawn at its deadline ([`CallError::NotStarted`]):
+    /// nothing ran and nothing was spent, and its key is used for good. Its own variant, so
+    /// that only a resend is answered "already used" (a first attempt can meet
+    /// [`CallError::NotStarted`] itself, when its intent's sync returns just after the
+    /// deadline).
+    #[error("the first call with this key was withdrawn at its deadline: its handler was never started, nothing ran and nothing was spent; its key stays used: send it again under another key")]
+    Withdrawn,
     /// Too little of the caller's deadline was left to start the handler
     /// ([`super::MIN_HANDLER_TIME`]): refused before its intent, nothing journaled or spent, the
     /// task id left free. Unlike [`CallError::HandlerTimedOut`], nothing can have run.

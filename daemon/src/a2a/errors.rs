@@ -198,7 +198,7 @@ pub(super) fn error_text(f: InvokeFailure) -> (i64, String) {
                 CallError::NotAuthorized
                 | CallError::PinMismatch
                 | CallError::TaskIdReused
-                | CallError::NotStarted => -32602,
+                | CallError::Withdrawn => -32602,
                 _ => -32603,
             };
             let message = match &e {
@@ -206,12 +206,13 @@ pub(super) fn error_text(f: InvokeFailure) -> (i64, String) {
                     "invalid params".to_owned()
                 }
                 // The contract's timeout text; the classification says nothing ran.
-                CallError::NoTimeToStart | CallError::PreflightTimedOut => {
+                // A first attempt withdrawn at its deadline too: it is answered as when the
+                // edge's deadline answers first.
+                CallError::NoTimeToStart | CallError::NotStarted | CallError::PreflightTimedOut => {
                     "invocation exceeded its deadline".to_owned()
                 }
-                // Reached only by a resend (the first attempt is answered at its deadline
-                // before): its task id is used for good, which the agent must know to move on.
-                CallError::NotStarted => "task id already used: its call was withdrawn at its deadline (its handler was never started): nothing ran and nothing was spent; send it again as a new task".to_owned(),
+                // A resend: its task id is used for good, which the agent must know to move on.
+                CallError::Withdrawn => "task id already used: its call was withdrawn at its deadline (its handler was never started): nothing ran and nothing was spent; send it again as a new task".to_owned(),
                 // No room to write: the store-full text; the log says "disk full" or the map size.
                 CallError::Store(s)
                     if s.is_disk_full() || matches!(s, StoreError::MapFull { .. }) =>
@@ -243,4 +244,27 @@ pub(super) fn error_text(f: InvokeFailure) -> (i64, String) {
         InvokeFailure::Revoked => (-32001, crate::state::REVOKED_WHILE_WAITING.to_owned()),
     };
     (code, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A first attempt can itself meet `NotStarted` (its intent's sync returned just after the
+    /// deadline, before the edge's timer): it is answered as when the edge answers first,
+    /// never "task id already used", which only a resend (`Withdrawn`) is told.
+    #[test]
+    fn a_first_attempt_withdrawn_at_its_deadline_is_not_told_its_task_id_was_used() {
+        let (code, text) = error_text(InvokeFailure::Call(CallError::NotStarted));
+        assert_eq!(
+            (code, text.as_str()),
+            (-32603, "invocation exceeded its deadline")
+        );
+        let (code, text) = error_text(InvokeFailure::Call(CallError::Withdrawn));
+        assert_eq!(code, -32602);
+        assert!(
+            text.starts_with("task id already used: its call was withdrawn at its deadline"),
+            "{text}"
+        );
+    }
 }

@@ -223,7 +223,7 @@ fn host_failure(
             (HostFailure::Unavailable, e.to_string())
         }
         // Nothing ran: too little of the deadline was left to start the handler.
-        InvokeFailure::Call(e @ (CallError::NoTimeToStart | CallError::NotStarted | CallError::PreflightTimedOut)) => {
+        InvokeFailure::Call(e @ (CallError::NoTimeToStart | CallError::NotStarted | CallError::Withdrawn | CallError::PreflightTimedOut)) => {
             (HostFailure::TooLate, e.to_string())
         }
         InvokeFailure::Call(e) => (HostFailure::Failed, e.to_string()),
@@ -327,7 +327,7 @@ async fn keyed_error(
         // A resend of a call withdrawn at its deadline: nothing ran, and the key is used for
         // good. Said as what it is, classified as the withdrawal was, so that an agent does not
         // take it for a call that may still commit.
-        CallError::NotStarted => (
+        CallError::Withdrawn => (
             INTERNAL_ERROR,
             format!("idempotency key {q}: the first call with this key was withdrawn at its deadline (its handler was never started): nothing ran and nothing was spent; send it again under another key"),
             Outcome::too_late(),
