@@ -32,12 +32,14 @@ macro_rules! errln {
 mod backup;
 mod client;
 mod crash_guard;
+mod dir_locks;
 mod doctor;
 mod input;
 mod log_fields;
 mod log_line;
 mod manual;
 mod output;
+mod placement;
 mod plugin_config;
 mod quickstart;
 mod reconcile;

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
+use super::dir_locks;
 use super::serve::{self, ServeArgs};
 use super::{CliResult, Failure};
 use crate::text::{shell_path, shell_word};
@@ -117,7 +118,7 @@ pub fn run(mut a: QuickstartArgs) -> CliResult {
     let (listener, store_lock) = if a.print_only {
         (None, None)
     } else {
-        let store_lock = serve::existing_store_lock(&db)?;
+        let store_lock = dir_locks::existing_store_lock(&db)?;
         (Some(serve::bind_now(addr)?), store_lock)
     };
     let worktree = root.join(&a.episode);

@@ -345,7 +345,7 @@ pub fn open_to_read(db: &Path) -> Result<Store, Failure> {
 
 fn open_with(db: &Path, options: StoreOptions) -> Result<Store, Failure> {
     // As `serve` does: a store or plugin state another user could have written is refused.
-    super::serve::refuse_loose_store(db).map_err(Failure::fatal)?;
+    super::placement::refuse_loose_store(db).map_err(Failure::fatal)?;
     Store::open(db, options).map_err(|e| match e {
         StoreError::NotFound(_) => match crate::backup::interrupted_copy(db) {
             // A backup's destination whose copy was cut short: the store is not there, and why.
@@ -359,7 +359,7 @@ fn open_with(db: &Path, options: StoreOptions) -> Result<Store, Failure> {
             // there and does not open (exit 2, as `serve` says it), not a mistyped path (exit
             // 1): a check keyed on the exit code must not file a lost world under a typo.
             None if db.is_dir() => {
-                let beside = super::serve::beside_data_file(db);
+                let beside = super::placement::beside_data_file(db);
                 let shown = std::path::absolute(db).unwrap_or_else(|_| db.to_path_buf());
                 if beside.is_empty() {
                     Failure::usage(format!(
@@ -848,7 +848,7 @@ fn new(a: NewArgs) -> CliResult {
     // inside the store (beside its data file and plugins' state, in what `backup` copies), a
     // store inside the workspace root, or a root inside a directory another running worldd
     // holds as its own (a daemon's worktree, its store, a plugin's stateDir).
-    if let Some(why) = super::serve::nested(&a.db.db, &a.workspace_root) {
+    if let Some(why) = super::placement::nested(&a.db.db, &a.workspace_root) {
         return Err(Failure::usage(format!(
             "{why}: a daemon refuses to serve them so, and no worktree is made there; nothing was made: pass a --workspace-root outside the store (and the store outside it)"
         )));
@@ -862,25 +862,28 @@ fn new(a: NewArgs) -> CliResult {
     {
         return Err(Failure::usage(format!(
             "the workspace root {} is held by another running worldd as its own (its workspace root or its store), not by a daemon serving {}: no daemon serving this store would serve a worktree made there; nothing was made: pass that daemon's --db, or a --workspace-root of this store's",
-            super::serve::real_so_far(&a.workspace_root).display(),
+            super::placement::real_so_far(&a.workspace_root).display(),
             a.db.db.display()
         )));
     }
-    if let Some((what, real, above, flag)) = super::serve::held_above(&a.db.db, &a.workspace_root) {
+    if let Some(held) = super::dir_locks::held_above(&a.db.db, &a.workspace_root) {
         return Err(Failure::usage(format!(
-            "the {what} {} is inside {}, which another running worldd process holds as its own (a daemon's workspace root or store, a plugin's stateDir, a backup's destination): no daemon would serve a worktree made there; nothing was made: pass a {flag} outside it",
-            real.display(),
-            above.display()
+            "the {} {} is inside {}, which another running worldd process holds as its own (a daemon's workspace root or store, a plugin's stateDir, a backup's destination): no daemon would serve a worktree made there; nothing was made: pass a {} outside it",
+            held.what,
+            held.real.display(),
+            held.above.display(),
+            held.flag
         )));
     }
     // As `serve` does: a root another user could have written is refused (they could swap
     // the worktree for theirs), one others may read is warned of.
-    super::serve::refuse_loose_dir("workspace root", &a.workspace_root).map_err(Failure::fatal)?;
-    if let Some(warning) = super::serve::others_may_enter(&a.workspace_root) {
+    super::placement::refuse_loose_dir("workspace root", &a.workspace_root)
+        .map_err(Failure::fatal)?;
+    if let Some(warning) = super::placement::others_may_enter(&a.workspace_root) {
         errln!("worldd session: warning: {warning}");
     }
     minting.confirm()?;
-    super::serve::create_private_dir_all(&a.workspace_root).map_err(|e| {
+    super::placement::create_private_dir_all(&a.workspace_root).map_err(|e| {
         Failure::usage(format!("cannot create {}: {e}", a.workspace_root.display()))
     })?;
     create_worktree(&worktree, a.repo.as_deref(), replace)?;
