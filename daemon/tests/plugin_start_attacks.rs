@@ -298,3 +298,63 @@ fn a_library_needing_a_companion_through_origin_is_told_why_it_cannot_load() {
         "{out}"
     );
 }
+
+/// The hint was given to any library holding the bytes `$ORIGIN` anywhere (the whole file was
+/// searched): one that names it only in a message, with no RUNPATH or RPATH at all, was told
+/// its `$ORIGIN` pointed elsewhere. Only the dynamic section's search paths count.
+#[test]
+fn a_library_holding_origin_only_as_text_is_not_told_its_origin_misleads() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir_all(&plugins).unwrap();
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let cc = |args: &[&str]| {
+        let built = std::process::Command::new("cc")
+            .current_dir(dir.path())
+            .args(args)
+            .status()
+            .unwrap();
+        assert!(built.success(), "cc {args:?}");
+    };
+    std::fs::write(
+        dir.path().join("companion.c"),
+        "int companion_value(void) { return 7; }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("plugin.c"),
+        "int companion_value(void);\nconst char *why = \"set RUNPATH to $ORIGIN\";\nint plugin_value(void) { return companion_value(); }\n",
+    )
+    .unwrap();
+    cc(&[
+        "-shared",
+        "-fPIC",
+        "-o",
+        "elsewhere/libcompanion.so",
+        "companion.c",
+    ]);
+    cc(&[
+        "-shared",
+        "-fPIC",
+        "-o",
+        "plugins/libworldd_text.so",
+        "plugin.c",
+        "-Lelsewhere",
+        "-lcompanion",
+    ]);
+    let library = std::fs::read(plugins.join("libworldd_text.so")).unwrap();
+    assert!(library.windows(7).any(|w| w == b"$ORIGIN"));
+    let (code, out, err) = worldd(
+        &["handlers", "--plugin-dir", plugins.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!(
+            "\n{}/libworldd_text.so\n  not loadable: cannot be opened: libcompanion.so: cannot open shared object file: No such file or directory\n",
+            plugins.display()
+        )),
+        "{out}"
+    );
+}

@@ -127,28 +127,85 @@ const MISSING_DEPENDENCY: &str = "cannot open shared object file";
 /// loader's own words point nowhere near that.
 const ORIGIN_HINT: &str = " (the library names $ORIGIN, as a RUNPATH or RPATH does: the daemon loads a sealed copy of it through /proc/self/fd/N, where $ORIGIN is /proc/self/fd, so a library beside it is not found; link it statically or install it where the system's loader looks: docs/handler-authors.md, Your plugin in provenance)";
 
-/// Whether the bytes of `file` (the sealed copy) hold `$ORIGIN`: as a rule, in the dynamic
-/// section's RUNPATH or RPATH. Read only after a failed load, to say why.
+/// Whether `file` (the sealed copy) names `$ORIGIN` in its dynamic section's RUNPATH or RPATH.
+/// Read only after a failed load, to say why. The entries themselves are read, not the whole
+/// file searched: a library holding the text `$ORIGIN` elsewhere (a message, a doc string)
+/// was given the hint though its loader never looked there.
 fn names_origin(file: &std::fs::File) -> bool {
+    search_paths(file).is_some_and(|paths| {
+        paths.iter().any(|p| {
+            p.windows(7).any(|w| w == b"$ORIGIN") || p.windows(9).any(|w| w == b"${ORIGIN}")
+        })
+    })
+}
+
+/// The RUNPATH and RPATH strings of a 64-bit little-endian ELF file's dynamic section (the
+/// only shape this daemon loads); `None` where the file is not one, or does not read as one.
+fn search_paths(file: &std::fs::File) -> Option<Vec<Vec<u8>>> {
     use std::os::unix::fs::FileExt;
-    const NEEDLE: &[u8] = b"$ORIGIN";
-    let mut chunk = vec![0u8; 1 << 16];
-    // The last bytes of the chunk before, so that a needle across two chunks is found.
-    let mut carried = 0;
-    let mut at = 0u64;
-    loop {
-        let n = match file.read_at(&mut chunk[carried..], at) {
-            Ok(0) | Err(_) => return false,
-            Ok(n) => n,
-        };
-        at += n as u64;
-        let seen = carried + n;
-        if chunk[..seen].windows(NEEDLE.len()).any(|w| w == NEEDLE) {
-            return true;
-        }
-        carried = (NEEDLE.len() - 1).min(seen);
-        chunk.copy_within(seen - carried..seen, 0);
+    const PT_LOAD: u32 = 1;
+    const PT_DYNAMIC: u32 = 2;
+    const DT_NULL: u64 = 0;
+    const DT_STRTAB: u64 = 5;
+    const DT_RPATH: u64 = 15;
+    const DT_RUNPATH: u64 = 29;
+    let read = |at: u64, len: usize| -> Option<Vec<u8>> {
+        let mut bytes = vec![0u8; len];
+        let n = file.read_at(&mut bytes, at).ok()?;
+        bytes.truncate(n);
+        Some(bytes)
+    };
+    let u16_at =
+        |b: &[u8], at: usize| Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?));
+    let u32_at =
+        |b: &[u8], at: usize| Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?));
+    let u64_at =
+        |b: &[u8], at: usize| Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?));
+    let head = read(0, 64)?;
+    // ELF magic, ELFCLASS64, ELFDATA2LSB.
+    if head.get(..6)? != b"\x7fELF\x02\x01" {
+        return None;
     }
+    let (phoff, phentsize, phnum) = (u64_at(&head, 32)?, u16_at(&head, 54)?, u16_at(&head, 56)?);
+    let (phentsize, phnum) = (usize::from(phentsize), usize::from(phnum));
+    // A header's sizes are the file's word: a table of 64 K entries of 64 KiB each would be
+    // 4 GiB to read.
+    if phentsize < 56 || phentsize * phnum > 1 << 20 {
+        return None;
+    }
+    let table = read(phoff, phentsize * phnum)?;
+    let (mut loads, mut dynamic) = (Vec::new(), None);
+    for ph in table.chunks_exact(phentsize) {
+        let (offset, vaddr, filesz) = (u64_at(ph, 8)?, u64_at(ph, 16)?, u64_at(ph, 32)?);
+        match u32_at(ph, 0)? {
+            PT_LOAD => loads.push((vaddr, offset, filesz)),
+            PT_DYNAMIC => dynamic = Some((offset, filesz)),
+            _ => {}
+        }
+    }
+    let (offset, size) = dynamic?;
+    let entries = read(offset, usize::try_from(size.min(1 << 20)).ok()?)?;
+    let (mut strtab, mut at) = (None, Vec::new());
+    for entry in entries.chunks_exact(16) {
+        match u64_at(entry, 0)? {
+            DT_NULL => break,
+            DT_STRTAB => strtab = Some(u64_at(entry, 8)?),
+            DT_RPATH | DT_RUNPATH => at.push(u64_at(entry, 8)?),
+            _ => {}
+        }
+    }
+    // DT_STRTAB is an address: the file offset is found through the segment that loads it.
+    let strtab = strtab?;
+    let strtab = loads.iter().find_map(|&(vaddr, offset, filesz)| {
+        (strtab >= vaddr && strtab - vaddr < filesz).then(|| strtab - vaddr + offset)
+    })?;
+    at.into_iter()
+        .map(|name| {
+            let mut text = read(strtab.checked_add(name)?, 4096)?;
+            text.truncate(text.iter().position(|&b| b == 0)?);
+            Some(text)
+        })
+        .collect()
 }
 
 /// Open the file at `at` (said as `path`), hash the bytes read from the open file, and load
