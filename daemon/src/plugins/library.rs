@@ -213,3 +213,41 @@ fn search_paths(file: &std::fs::File) -> Option<Vec<Vec<u8>>> {
 pub(super) fn load_hashed(path: &Path, at: &Path) -> Result<(Ref, LoadedPlugin), PluginError> {
     OpenedLibrary::open_at(path, at)?.load()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    fn file_of(bytes: &[u8]) -> std::fs::File {
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(bytes).unwrap();
+        f
+    }
+
+    /// A library's headers are its author's word: sizes that claim 4 GiB of program headers,
+    /// a dynamic section past the end of the file, or no ELF at all name no search path, and
+    /// panic nowhere.
+    #[test]
+    fn a_library_whose_headers_lie_names_no_search_path() {
+        let mut head = vec![0u8; 64];
+        head[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        // e_phoff 64, e_phentsize 65535, e_phnum 65535.
+        head[32..40].copy_from_slice(&64u64.to_le_bytes());
+        head[54..56].copy_from_slice(&u16::MAX.to_le_bytes());
+        head[56..58].copy_from_slice(&u16::MAX.to_le_bytes());
+        assert_eq!(super::search_paths(&file_of(&head)), None);
+        // One PT_DYNAMIC header whose section lies past the end of the file.
+        head[54..56].copy_from_slice(&56u16.to_le_bytes());
+        head[56..58].copy_from_slice(&1u16.to_le_bytes());
+        let mut ph = vec![0u8; 56];
+        ph[..4].copy_from_slice(&2u32.to_le_bytes());
+        ph[8..16].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        ph[32..40].copy_from_slice(&u64::MAX.to_le_bytes());
+        let file = [head.clone(), ph].concat();
+        assert_eq!(super::search_paths(&file_of(&file)), None);
+        assert!(!super::names_origin(&file_of(&file)));
+        for junk in [&b""[..], b"\x7fELF", b"$ORIGIN $ORIGIN", &[0xff; 200]] {
+            assert_eq!(super::search_paths(&file_of(junk)), None);
+        }
+    }
+}
