@@ -35,7 +35,8 @@ pub const DEFAULT_JSON_VALUES: usize = 16 * 1024;
 /// The most `reply_bytes` may be under `server`'s reply budget: half of one credential's share
 /// (a quarter of the budget), so that a batch's answer, which passes `reply_bytes` by its last
 /// reply and is counted only after its items ran, leaves half that share to the credential's
-/// other answers waiting unread. A larger value is lowered to it at start, with a WARN.
+/// other answers waiting unread (past it, the answer is sent withheld:
+/// [`crate::edge::reply::Withheld`]). A larger value is lowered to it at start, with a WARN.
 pub fn most_reply_bytes(server: &crate::edge::ServerConfig) -> usize {
     (server.reply_budget_bytes / 8).max(1)
 }

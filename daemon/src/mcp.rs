@@ -85,6 +85,7 @@ mod methods;
 mod modern;
 mod numbers;
 mod transport;
+mod withheld;
 
 use dialect::json::Unparsed;
 use jsonrpc::{Message, Reply};
@@ -353,21 +354,42 @@ async fn serve_batch(ctx: &Ctx<'_>, version: &'static str, items: Vec<Value>) ->
         None => transport::accepted(),
         // Only responses and notifications, and some refused: MCP 2025-03-26's transport
         // MUST answer such input with an HTTP error status.
-        Some(Ok(json)) if !requests => transport::bad_responses(json),
-        Some(Ok(json)) => transport::sse(|out| {
-            out.extend_from_slice(&json);
-            Ok(())
-        }),
+        Some(Ok((json, _))) if !requests => transport::bad_responses(json),
+        Some(Ok((json, withheld))) => {
+            let answer = transport::sse(|out| {
+                out.extend_from_slice(&json);
+                Ok(())
+            });
+            drop(json);
+            match withheld.map(|w| {
+                transport::event(|out| {
+                    out.extend_from_slice(&w);
+                    Ok(())
+                })
+            }) {
+                Some(Ok(body)) => {
+                    transport::with_withheld(answer, axum::http::StatusCode::OK, body)
+                }
+                _ => answer,
+            }
+        }
         Some(Err(e)) => transport::sse(|_| Err(e)),
     }
 }
 
+/// A batch's answer, and its withheld form where one stands for a larger reply.
+type Finished = (Vec<u8>, Option<Vec<u8>>);
+
 /// The replies to a batch, written into one JSON array as they come, with the bytes of those
-/// that count toward `[limits] reply_bytes`.
+/// that count toward `[limits] reply_bytes`; and the array of their withheld forms
+/// ([`withheld`]), for when the reply budget has no room for the first.
 #[derive(Default)]
 struct BatchReplies {
     json: Vec<u8>,
     bytes: usize,
+    withheld: Vec<u8>,
+    /// Whether a reply of `withheld` stands for a larger one.
+    stood_in: bool,
     error: Option<serde_json::Error>,
 }
 
@@ -378,17 +400,29 @@ impl BatchReplies {
 
     /// Append `reply`; its length.
     fn push_uncounted(&mut self, reply: &Reply) -> usize {
-        self.json
-            .push(if self.json.is_empty() { b'[' } else { b',' });
+        let separator = if self.json.is_empty() { b'[' } else { b',' };
+        self.json.push(separator);
+        self.withheld.push(separator);
         let before = self.json.len();
         if let Err(e) = reply.write_json(&mut self.json) {
             self.error.get_or_insert(e);
         }
-        self.json.len() - before
+        let written = self.json.len() - before;
+        match withheld::stand_in(reply, written) {
+            Some(standing) => {
+                self.stood_in = true;
+                if let Err(e) = standing.write_json(&mut self.withheld) {
+                    self.error.get_or_insert(e);
+                }
+            }
+            None => self.withheld.extend_from_slice(&self.json[before..]),
+        }
+        written
     }
 
-    /// The array, or `None` when there is no reply.
-    fn finish(mut self) -> Option<serde_json::Result<Vec<u8>>> {
+    /// The array, and the array of withheld forms where one stands for a larger reply; `None`
+    /// when there is no reply.
+    fn finish(mut self) -> Option<serde_json::Result<Finished>> {
         if self.json.is_empty() {
             return None;
         }
@@ -396,7 +430,8 @@ impl BatchReplies {
             return Some(Err(e));
         }
         self.json.push(b']');
-        Some(Ok(self.json))
+        self.withheld.push(b']');
+        Some(Ok((self.json, self.stood_in.then_some(self.withheld))))
     }
 }
 

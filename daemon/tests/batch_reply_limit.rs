@@ -90,3 +90,146 @@ fn reply_bytes_stays_within_half_a_credentials_reply_share() {
         json!({"jsonrpc": "2.0", "id": 3, "error": {"code": -32600, "message": "invalid request: not run: the replies to this batch reached the 524288-byte limit ([limits] reply_bytes); send it again in another POST"}})
     );
 }
+
+/// `GET path` with `token` on a connection with a small receive window, of which only the
+/// status line is read: the rest of the answer waits in the daemon, counted against the
+/// credential's share of the reply budget, until the stream is read or dropped.
+fn unread_get(d: &Daemon, path: &str, token: &str) -> (std::net::TcpStream, String) {
+    use std::io::{Read, Write};
+    let addr: std::net::SocketAddr = d.addr.parse().unwrap();
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.set_recv_buffer_size(4096).unwrap();
+    s.connect(&addr.into()).unwrap();
+    let mut s = std::net::TcpStream::from(s);
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n",
+        d.addr
+    )
+    .unwrap();
+    let mut status = [0u8; 12];
+    s.read_exact(&mut status).unwrap();
+    (s, String::from_utf8_lossy(&status).into_owned())
+}
+
+/// A batch (or a single call) whose answer did not fit what its credential's other answers
+/// waiting unread left of its share was replaced by `503` after its calls ran: their units were
+/// spent and the agent learned nothing of what had run. It gets its answer in a withheld form
+/// now: each large reply replaced by an error of its id that says it ran, with its result's
+/// `_meta` as `data`, by which the result is read once the other answers are.
+#[test]
+fn calls_whose_answer_finds_no_room_in_the_reply_share_are_answered_withheld_not_503() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("world.toml");
+    // A share of 1 MiB; reply_bytes follows at 512 KiB.
+    std::fs::write(
+        &config,
+        "[server]\nreply_budget_bytes = \"4MiB\"\nsend_buffer_bytes = 16384\nsend_timeout_ms = 30000\n",
+    )
+    .unwrap();
+    let d = Daemon::start(&["worldd_workspace"], &["--config", path_str(&config)]);
+    let grants = [
+        "Workspace.Read=worktree:100",
+        "Workspace.Write=worktree:100",
+    ];
+    let token = d.session("ep1", &grants);
+    std::fs::write(d.root().join("ep1/big.txt"), "x".repeat(150_000)).unwrap();
+    // A 700 KB object of this credential's, read by a client that reads nothing of it.
+    let args = json!({"path": "held.txt", "content": "z".repeat(700_000)});
+    let v = tools_call(&d, &token, "ailang-write", args.clone());
+    assert_eq!(v["result"]["structuredContent"]["ok"], true, "{v}");
+    let held = broker_core::object::Ref::of_json(&args).unwrap();
+    let (holder, status) = unread_get(&d, &format!("/v1/objects/{held}?payload=true"), &token);
+    assert_eq!(status, "HTTP/1.1 200");
+
+    let read = |id: u64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": "ailang-read", "arguments": {"path": "big.txt"}}})
+    };
+    let items = json!([read(1), read(2), read(3)]);
+    let a = mcp_text(
+        &d,
+        &token,
+        "2025-03-26",
+        &serde_json::to_vec(&items).unwrap(),
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+    let v = a.sse_json();
+    for i in 0..2 {
+        let error = &v[i]["error"];
+        assert_eq!(v[i]["id"], json!(i + 1), "{v}");
+        assert_eq!(error["code"], -32603, "{v}");
+        assert_eq!(
+            error["message"],
+            "not sent: this call ran, but its reply was too large to hold while other answers to this credential wait unread (a quarter of [server] reply_budget_bytes); `data` is its result's _meta: read its output by world/outputRef (GET /v1/objects/REF?payload=true), or reconcile it by world/invocationId; sending it again with its idempotency key runs nothing twice",
+            "{v}"
+        );
+        assert!(
+            error["data"]["world/invocationId"]
+                .as_str()
+                .is_some_and(|id| id.starts_with("mcp:ep1:")),
+            "{v}"
+        );
+        assert_eq!(error["data"]["world/outcome"]["kind"], "ok", "{v}");
+    }
+    // The third was held back by reply_bytes, as ever.
+    assert_eq!(v[2]["error"]["code"], -32600, "{v}");
+    let output = v[0]["error"]["data"]["world/outputRef"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // A single call is answered the same way (once the second the refusal holds is over).
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let v = tools_call(&d, &token, "ailang-read", json!({"path": "big.txt"}));
+    assert_eq!(v["error"]["code"], -32603, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("not sent: this call ran"),
+        "{v}"
+    );
+
+    // Under 2026-07-28 too, with that revision's status for the error.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
+        "name": "ailang-read", "arguments": {"path": "big.txt"},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let a = request(
+        "POST",
+        &d.url("/mcp/"),
+        Some(&token),
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", "tools/call"),
+            ("Mcp-Name", "ailang-read"),
+        ],
+        Some(&serde_json::to_vec(&body).unwrap()),
+    );
+    assert_eq!(a.status, 500, "{}", a.text());
+    let v = a.json();
+    assert_eq!(
+        (v["id"].clone(), v["error"]["code"].clone()),
+        (json!(9), json!(-32603)),
+        "{v}"
+    );
+    assert!(v["error"]["data"]["world/invocationId"].is_string(), "{v}");
+
+    // Once the held answer is gone, the result is read by its output ref.
+    drop(holder);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let got = get(
+        &d.url(&format!("/v1/objects/{output}?payload=true")),
+        Some(&token),
+    );
+    assert_eq!(got.status, 200, "{}", got.text());
+    let object = got.json();
+    assert_eq!(object["hash"], output.as_str());
+    assert!(object["payload"].as_str().unwrap().len() > 150_000);
+}

@@ -7,7 +7,8 @@
 //! connections and read nothing would hold all of them at once. So an answer of known size
 //! takes its bytes from the budget before it is sent, and gives them back when the last of
 //! it has been handed over or its connection ends. When the budget is full the answer is
-//! replaced by `503` with `Retry-After`, and its memory is freed at once. The first
+//! replaced by `503` with `Retry-After`, and its memory is freed at once; or, for an MCP answer
+//! to requests that already ran, by its [`Withheld`] form, which says what ran. The first
 //! [`UNCOUNTED_BYTES`] of each answer are not counted, so ordinary answers never wait or fail
 //! for it. Streams of unknown length (the log stream) are not counted: they are produced
 //! only as fast as their client reads.
@@ -212,8 +213,9 @@ impl ReplyBudget {
     }
 
     /// Count `answer` against `client`'s share (for a request without a credential, against
-    /// its `peer` address's part of the anonymous share too) and the budget, or replace it by
-    /// 503 when one is full.
+    /// its `peer` address's part of the anonymous share too) and the budget, or replace it when
+    /// one is full: by its [`Withheld`] form where it has one (counted in turn when larger than
+    /// [`UNCOUNTED_BYTES`]), else by 503.
     pub async fn bound(&self, client: &Client, peer: Option<IpAddr>, answer: Response) -> Response {
         if answer.extensions().get::<Static>().is_some() {
             return answer;
@@ -225,6 +227,46 @@ impl ReplyBudget {
         if size <= UNCOUNTED_BYTES {
             return answer;
         }
+        match self.take(client, peer, size) {
+            Ok(counted) => Self::counted(answer, size, counted).await,
+            Err(why) => match answer.extensions().get::<Withheld>().cloned() {
+                Some(withheld) => self.withheld(client, peer, answer, withheld).await,
+                None => busy(why),
+            },
+        }
+    }
+
+    /// `answer`'s [`Withheld`] form in its place, counted as any answer is.
+    async fn withheld(
+        &self,
+        client: &Client,
+        peer: Option<IpAddr>,
+        answer: Response,
+        withheld: Withheld,
+    ) -> Response {
+        let (mut parts, _) = answer.into_parts();
+        parts.status = withheld.status;
+        parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+        parts.extensions.remove::<Withheld>();
+        let size = withheld.body.len();
+        let answer = Response::from_parts(parts, Body::from(withheld.body));
+        if size <= UNCOUNTED_BYTES {
+            return answer;
+        }
+        match self.take(client, peer, size) {
+            Ok(counted) => Self::counted(answer, size, counted).await,
+            Err(why) => busy(why),
+        }
+    }
+
+    /// Take an answer of `size` bytes from `client`'s share (and its `peer`'s part of the
+    /// anonymous share) and the budget; why not (the 503's text) where one has no room.
+    fn take(
+        &self,
+        client: &Client,
+        peer: Option<IpAddr>,
+        size: usize,
+    ) -> Result<Taken, &'static str> {
         // An answer larger than a whole share takes all of it.
         let mut kib = (size - UNCOUNTED_BYTES)
             .div_ceil(KIB)
@@ -234,7 +276,7 @@ impl ReplyBudget {
                 kib = kib.min(self.anonymous_peers.cap());
                 let Some(held) = self.anonymous_peers.take(&peer, kib) else {
                     self.metrics.limit_tripped(Limit::ReplyShare);
-                    return busy(ANONYMOUS_PEER_TEXT);
+                    return Err(ANONYMOUS_PEER_TEXT);
                 };
                 Some(held)
             }
@@ -243,7 +285,7 @@ impl ReplyBudget {
         let Some(held) = self.shares.take(client, kib) else {
             self.metrics.limit_tripped(Limit::ReplyShare);
             self.note_refused(client, kib);
-            return busy(match client.0 {
+            return Err(match client.0 {
                 Some(_) => SHARE_TEXT,
                 None => ANONYMOUS_SHARE_TEXT,
             });
@@ -255,8 +297,13 @@ impl ReplyBudget {
         else {
             self.metrics.limit_tripped(Limit::ReplyBudget);
             self.note_refused(client, kib);
-            return busy(BUSY_TEXT);
+            return Err(BUSY_TEXT);
         };
+        Ok((permit, held, from_peer))
+    }
+
+    /// `answer`, of `size` bytes, holding what was taken for it until it has been sent.
+    async fn counted(answer: Response, size: usize, counted: Taken) -> Response {
         let (parts, body) = answer.into_parts();
         // A body of exact size is already in memory: collecting it does not wait.
         match axum::body::to_bytes(body, size).await {
@@ -264,7 +311,7 @@ impl ReplyBudget {
                 parts,
                 Body::new(Counted {
                     rest: bytes,
-                    counted: Some((permit, held, from_peer)),
+                    counted: Some(counted),
                 }),
             ),
             Err(e) => {
@@ -277,6 +324,20 @@ impl ReplyBudget {
             }
         }
     }
+}
+
+/// What an answer holds of the budget while it waits to be sent.
+type Taken = (OwnedSemaphorePermit, Held<Client>, Option<Held<IpAddr>>);
+
+/// What to send in place of an answer the budget has no room for, when the requests it
+/// answers already ran (their units spent): an MCP answer with each reply too large to keep
+/// replaced by an error that says it ran and where its result is
+/// ([`crate::mcp`]). A bare `503` told the agent nothing of what had run.
+#[derive(Debug, Clone)]
+pub struct Withheld {
+    /// Its status (the revision's status of the replacing error).
+    pub status: StatusCode,
+    pub body: Bytes,
 }
 
 /// The budget and the client a request's answer is counted against, handed by the listener
@@ -321,7 +382,7 @@ fn busy(message: &str) -> Response {
 /// when the last frame is taken or the answer is dropped (its connection ended).
 struct Counted {
     rest: Bytes,
-    counted: Option<(OwnedSemaphorePermit, Held<Client>, Option<Held<IpAddr>>)>,
+    counted: Option<Taken>,
 }
 
 impl HttpBody for Counted {

@@ -284,6 +284,15 @@ fn json_reply(reply: &Reply) -> Response {
     let mut body = Vec::with_capacity(1024);
     match reply.write_json(&mut body) {
         Ok(()) => {
+            // Its withheld form where it is large ([`super::withheld`]).
+            let standing = super::withheld::stand_in(reply, body.len()).and_then(|s| {
+                let mut json = Vec::new();
+                s.write_json(&mut json).ok()?;
+                Some((
+                    s.error_code().map(status_of).unwrap_or(StatusCode::OK),
+                    json,
+                ))
+            });
             let mut r = (
                 status,
                 [(CONTENT_TYPE, HeaderValue::from_static("application/json"))],
@@ -297,7 +306,10 @@ fn json_reply(reply: &Reply) -> Response {
                     crate::challenge::bearer_error("invalid_token", REVOKED_CHALLENGE),
                 );
             }
-            r
+            match standing {
+                Some((status, json)) => super::transport::with_withheld(r, status, json),
+                None => r,
+            }
         }
         Err(e) => {
             tracing::error!("mcp: reply could not be serialized: {e}");

@@ -200,20 +200,13 @@ pub(super) fn batch_refused(version: &str) -> Response {
 /// One Server-Sent Event carrying the compact JSON that `write` appends. Compact JSON escapes
 /// every control character inside strings, so the data never spans more than one line.
 pub(super) fn sse(write: impl FnOnce(&mut Vec<u8>) -> serde_json::Result<()>) -> Response {
-    // The event is written in place around the JSON: no second copy of a reply that may carry
-    // a whole file twice.
-    let mut event = Vec::with_capacity(1024);
-    event.extend_from_slice(b"event: message\ndata: ");
-    match write(&mut event) {
-        Ok(()) => {
-            event.extend_from_slice(b"\n\n");
-            (
-                StatusCode::OK,
-                [(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"))],
-                event,
-            )
-                .into_response()
-        }
+    match event(write) {
+        Ok(event) => (
+            StatusCode::OK,
+            [(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"))],
+            event,
+        )
+            .into_response(),
         Err(e) => {
             // Unreachable with the reply types used here (string keys only), but never panic.
             tracing::error!("mcp: reply could not be serialized: {e}");
@@ -226,8 +219,40 @@ pub(super) fn sse(write: impl FnOnce(&mut Vec<u8>) -> serde_json::Result<()>) ->
 }
 
 /// [`sse`] for one reply.
+/// One SSE `message` event around the JSON `write` writes. The event is written in place
+/// around the JSON: no second copy of a reply that may carry a whole file twice.
+pub(super) fn event(
+    write: impl FnOnce(&mut Vec<u8>) -> serde_json::Result<()>,
+) -> serde_json::Result<Vec<u8>> {
+    let mut event = Vec::with_capacity(1024);
+    event.extend_from_slice(b"event: message\ndata: ");
+    write(&mut event)?;
+    event.extend_from_slice(b"\n\n");
+    Ok(event)
+}
+
+/// `reply` as an SSE event, with its withheld form where it is large ([`super::withheld`]).
 pub(super) fn sse_reply(reply: &Reply) -> Response {
-    sse(|out| reply.write_json(out))
+    use axum::body::HttpBody as _;
+    let answer = sse(|out| reply.write_json(out));
+    let written = answer.body().size_hint().exact().unwrap_or(0);
+    let standing = super::withheld::stand_in(reply, usize::try_from(written).unwrap_or(usize::MAX));
+    match standing.map(|s| event(|out| s.write_json(out))) {
+        Some(Ok(body)) => with_withheld(answer, StatusCode::OK, body),
+        _ => answer,
+    }
+}
+
+/// `answer` with `body` (of `status`) to send in its place where the reply budget has no room
+/// for it ([`crate::edge::reply::Withheld`]).
+pub(super) fn with_withheld(mut answer: Response, status: StatusCode, body: Vec<u8>) -> Response {
+    answer
+        .extensions_mut()
+        .insert(crate::edge::reply::Withheld {
+            status,
+            body: body.into(),
+        });
+    answer
 }
 
 /// The fixed plain-JSON envelope that answers a whole POST when the host fails.

@@ -38,6 +38,12 @@ pub(in crate::mcp) struct CallToolResult {
 }
 
 impl CallToolResult {
+    /// The result's `_meta` alone, as a JSON value (`null` where it cannot be written: it
+    /// always can, its keys being strings).
+    pub(in crate::mcp) fn meta_value(&self) -> serde_json::Value {
+        serde_json::to_value(&*self.meta).unwrap_or(serde_json::Value::Null)
+    }
+
     /// `{"content":[{"type":"text","text":…}],"structuredContent":…,"isError":…,` the
     /// revision's fields, `"_meta":…}`. Written by hand around the output, which may hold a
     /// whole file: its text is escaped 32 bytes a step
