@@ -284,8 +284,11 @@ fn json_reply(reply: &Reply) -> Response {
     let mut body = Vec::with_capacity(1024);
     match reply.write_json(&mut body) {
         Ok(()) => {
-            // Its withheld form where it is large ([`super::withheld`]).
-            let standing = super::withheld::stand_in(reply, body.len()).and_then(|s| {
+            // Its withheld form where it is large ([`super::withheld`]); an answer the budget
+            // never counts is never withheld.
+            let counted = body.len() > crate::edge::reply::UNCOUNTED_BYTES;
+            let standing = counted.then(|| super::withheld::stand_in(reply, body.len()));
+            let standing = standing.flatten().and_then(|s| {
                 let mut json = Vec::new();
                 s.write_json(&mut json).ok()?;
                 Some((

@@ -235,8 +235,12 @@ pub(super) fn event(
 pub(super) fn sse_reply(reply: &Reply) -> Response {
     use axum::body::HttpBody as _;
     let answer = sse(|out| reply.write_json(out));
-    let written = answer.body().size_hint().exact().unwrap_or(0);
-    let standing = super::withheld::stand_in(reply, usize::try_from(written).unwrap_or(usize::MAX));
+    let written = usize::try_from(answer.body().size_hint().exact().unwrap_or(0)).unwrap_or(0);
+    // An answer the budget never counts is never withheld: no stand-in built on the way.
+    if written <= crate::edge::reply::UNCOUNTED_BYTES {
+        return answer;
+    }
+    let standing = super::withheld::stand_in(reply, written);
     match standing.map(|s| event(|out| s.write_json(out))) {
         Some(Ok(body)) => with_withheld(answer, StatusCode::OK, body),
         _ => answer,
