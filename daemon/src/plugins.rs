@@ -222,17 +222,17 @@ pub fn cut_plugin_text(text: String) -> String {
 }
 
 /// Load the selected plugins and build their handlers.
+///
+/// Every library is scanned and checked, and the operator's selection and `[plugins.NAME]`
+/// tables are set against the names found, before any plugin's constructor runs: a mistake
+/// that needs no plugin code (a misspelled table, a `--handler` typo) is then said as itself,
+/// not hidden behind a constructor refusing the empty config the typo left it, and no plugin
+/// is started (its state directory made, its tools looked up) for a start that stops anyway.
 pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
-    let mut handlers = Handlers::new();
-    let mut transitions = Vec::new();
-    let mut plugins = Vec::new();
-    let mut classes = HashMap::new();
     let mut seen = Seen::default();
     let mut found = Vec::new();
-    let mut declined = Vec::new();
-    let mut unselected = Vec::new();
     let mut broken = Vec::new();
-    let mut running = Vec::new();
+    let mut ready = Vec::new();
     let deadline = opts.limits.plugin_start;
     for scanned in scan(&opts.dir, deadline, Stops::Serve)? {
         let (info, plugin) = match scanned {
@@ -249,6 +249,18 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
         };
         found.push(info.manifest.name.clone());
         let checked = check(&info, opts, &mut seen)?;
+        ready.push((info, plugin, checked));
+    }
+    check_selected(opts, &found, &broken)?;
+    check_tables(opts, &found)?;
+    let mut handlers = Handlers::new();
+    let mut transitions = Vec::new();
+    let mut plugins = Vec::new();
+    let mut classes = HashMap::new();
+    let mut declined = Vec::new();
+    let mut unselected = Vec::new();
+    let mut running = Vec::new();
+    for (info, plugin, checked) in ready {
         if !checked.selected {
             // Not enabled here: its tools are still published, so a call to one is refused
             // by R8 ("not enabled for this daemon") rather than looking like an unknown tool,
@@ -308,8 +320,6 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
         tracing::info!(plugin = %name, version = %info.manifest.version, path = %info.path.display(), "loaded plugin");
         plugins.push(info);
     }
-    check_selected(opts, &found, &broken)?;
-    check_tables(opts, &found)?;
     Ok(PluginSet {
         handlers,
         transitions,

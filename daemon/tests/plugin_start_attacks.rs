@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use common::fixtures::{cargo_build, misfit_library, share_echo_lock};
+use common::fixtures::{cargo_build, echo_library, misfit_library, share_echo_lock};
 use common::*;
 use serde_json::{json, Value};
 
@@ -122,6 +122,80 @@ fn a_plugin_that_declines_is_not_reported_as_no_plugin_found() {
         "{log}"
     );
     assert!(!log.contains("Build the plugins"), "{log}");
+}
+
+/// A misspelled `[plugins.NAME]` table was looked for only after every plugin's constructor
+/// had run: a plugin refusing the empty config the typo left it stopped the start first, and
+/// the operator was told to set a key they had set (a typo of another plugin's table was never
+/// named at all). The table is named before any constructor runs, by `serve` as by `handlers`.
+#[test]
+fn a_misspelled_plugin_table_is_named_before_any_plugin_refuses_the_config_it_was_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let (plugins, _) = plugin_dir(dir.path(), echo_library());
+    let (_, misfit) = plugin_dir(dir.path(), misfit_library());
+    // The misfit plugin takes a `greeting` and, as the guide has a plugin do, refuses to start
+    // without one.
+    let env = [
+        ("WORLDD_MISFIT_REQUIRE", "greeting".to_owned()),
+        (
+            "WORLDD_MISFIT_MANIFEST",
+            json!({"configSchema": {"type": "object", "properties": {"greeting": {"type": "string"}}}})
+                .to_string(),
+        ),
+    ];
+    let failed = |line: &str| format!("worldd: daemon startup failed at plugins: {line}");
+    // Without the key the plugin's refusal stops the start: the refusal the typo must not hide.
+    let refusal = format!(
+        r#"plugin {}: the plugin rejected its config: misfit config: "greeting" is required; set it in [plugins.misfit] greeting"#,
+        misfit.display()
+    );
+    let (code, _, err, _) = worldd_with_plugins("serve", &plugins, &[], &env);
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(err.lines().last().unwrap_or_default(), failed(&refusal));
+    let typo = |table: &str, near: &str| {
+        format!(
+            "[plugins.{table}] (or --plugin-config {table}.KEY=…) names no plugin here; did you mean [plugins.{near}]? (found: echo, misfit)"
+        )
+    };
+    for (file, flags, table, near) in [
+        // The refusing plugin's own table, misspelled: in the file, and as a flag.
+        (
+            "[plugins.misfti]\ngreeting = \"hi\"\n",
+            &[][..],
+            "misfti",
+            "misfit",
+        ),
+        (
+            "",
+            &["--plugin-config", "misfti.greeting=hi"][..],
+            "misfti",
+            "misfit",
+        ),
+        // Another plugin's table, misspelled, beside the refusing plugin.
+        ("[plugins.ehco]\nloud = true\n", &[][..], "ehco", "echo"),
+    ] {
+        let file = config(dir.path(), file);
+        let mut args = vec!["--config", path_str(&file)];
+        args.extend_from_slice(flags);
+        let (code, _, err, _) = worldd_with_plugins("serve", &plugins, &args, &env);
+        assert_eq!(code, Some(2), "{args:?}\n{err}");
+        assert_eq!(
+            err.lines().last().unwrap_or_default(),
+            failed(&format!(
+                "plugin {}: {}",
+                plugins.display(),
+                typo(table, near)
+            )),
+            "{args:?}"
+        );
+        assert!(!err.contains("rejected its config"), "{args:?}\n{err}");
+        let (code, out, err, _) = worldd_with_plugins("handlers", &plugins, &args, &env);
+        assert_eq!(code, Some(0), "{args:?}\n{err}");
+        assert!(
+            out.contains(&format!("\nproblem: {}\n", typo(table, near))),
+            "{args:?}\n{out}"
+        );
+    }
 }
 
 /// `worldd handlers` and `worldd serve` with the misfit plugin's manifest changed by `changes`:
