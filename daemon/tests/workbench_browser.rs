@@ -2873,3 +2873,44 @@ fn a_rewound_answer_to_the_pages_resumed_stream_reloads_the_log_and_says_so() {
     call_read(&d, &ep1, "b.txt");
     b.wait_for_element("#entries li[data-index='2']");
 }
+
+/// The sign-in took a credential only as bare hex: pasted as an MCP client's configuration
+/// shows it (`Bearer <hex>`, as quickstart prints it), it got the browser's bare "Please match
+/// the requested format." in a masked field where the person cannot see the `Bearer `. It is
+/// taken with or without it now, and a wrong value is told what the field wants.
+#[test]
+fn a_credential_pasted_with_its_bearer_prefix_signs_in() {
+    let Some(b) = Browser::start_or_skip(
+        "a_credential_pasted_with_its_bearer_prefix_signs_in",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let d = Daemon::start(WS, &[]);
+    let token = d.operator_session("ops", &[]);
+    let base = format!("http://{}", d.addr);
+    b.goto(&format!("{base}/workbench"));
+    let input = b.wait_for_element("#credential");
+    let checked = b.exec(
+        "const i = document.getElementById('credential'); \
+         return [arguments[0], 'abc', 'Bearer abc'].map(v => { i.value = v; return i.checkValidity(); }) \
+           .concat([i.title]);",
+        json!([format!("Bearer {token}")]),
+    );
+    assert_eq!(
+        checked,
+        json!([true, false, false, "64 hexadecimal digits: a session file's content, or what follows Bearer in an MCP client's configuration"])
+    );
+    b.exec(
+        "document.getElementById('credential').value = ''",
+        json!([]),
+    );
+    b.screenshot(&shots().join("workbench-sign-in.png"));
+    b.type_into(&input, &format!("  bearer {token} "));
+    b.click(&b.find("#login-submit"));
+    b.wait_for_element("#entries li[data-index='0']");
+    b.wait_for("the live indicator", |b| {
+        (b.text_of("#live").as_deref() == Some("live")).then_some(())
+    });
+}

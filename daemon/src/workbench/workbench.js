@@ -524,7 +524,8 @@ function signedOut(err) {
 }
 
 async function signIn(text) {
-  const c = text.trim();
+  // As an MCP client's configuration shows it (quickstart prints it so): `Bearer <hex>`.
+  const c = text.trim().replace(/^bearer\s+/i, "");
   if (!/^[0-9a-fA-F]{64}$/.test(c)) {
     showLogin("A credential is 64 hexadecimal digits.");
     return;
