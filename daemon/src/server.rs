@@ -59,13 +59,21 @@ async fn for_browsers(mut response: axum::response::Response) -> axum::response:
     response
 }
 
-/// Refuse anything but a loopback address.
+/// What a refused bind address is told: the addresses the daemon binds, and where a person who
+/// wants it reached from elsewhere reads how (binding another address is not the way).
+pub const LOOPBACK_ONLY: &str = "the daemon binds loopback only, 127.0.0.1:PORT, [::1]:PORT or localhost:PORT (to reach it from another machine, see operators.md \"Network exposure\")";
+
+/// Refuse anything but a loopback address: `host "IP" is not loopback: …` and the fix; the
+/// caller puts the flag or file key the address came from before it.
 pub fn check_loopback(addr: &SocketAddr) -> Result<(), String> {
     // An IPv4 loopback mapped into IPv6 (`[::ffff:127.0.0.1]`) is loopback too.
     if addr.ip().to_canonical().is_loopback() {
         Ok(())
     } else {
-        Err(format!("bind host \"{}\" is not loopback", addr.ip()))
+        Err(format!(
+            "host \"{}\" is not loopback: {LOOPBACK_ONLY}",
+            addr.ip()
+        ))
     }
 }
 

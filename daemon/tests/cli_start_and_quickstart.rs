@@ -128,10 +128,13 @@ fn quickstart_print_only_refuses_a_bind_serve_refuses_before_making_anything() {
     let world = dir.path().join("w");
     for (bind, line) in [
         ("nonsense", r#"--bind "nonsense" is not HOST:PORT"#),
-        ("0.0.0.0:27396", r#"bind host "0.0.0.0" is not loopback"#),
+        (
+            "0.0.0.0:27396",
+            r#"--bind "0.0.0.0:27396": host "0.0.0.0" is not loopback: the daemon binds loopback only, 127.0.0.1:PORT, [::1]:PORT or localhost:PORT (to reach it from another machine, see operators.md "Network exposure")"#,
+        ),
         (
             "example.com:80",
-            r#"--bind "example.com:80": host "example.com" is not loopback: the daemon binds loopback only, 127.0.0.1:PORT, [::1]:PORT or localhost:PORT"#,
+            r#"--bind "example.com:80": host "example.com" is not loopback: the daemon binds loopback only, 127.0.0.1:PORT, [::1]:PORT or localhost:PORT (to reach it from another machine, see operators.md "Network exposure")"#,
         ),
     ] {
         let (code, shown) = at_terminal(
@@ -161,7 +164,7 @@ fn a_bind_of_a_name_other_than_localhost_is_told_the_loopback_rule() {
     assert_eq!(r.code, Some(2), "{}", r.stderr);
     assert_eq!(
         r.line,
-        r#"worldd: daemon startup failed at bind-policy: --bind "example.com:80": host "example.com" is not loopback: the daemon binds loopback only, 127.0.0.1:PORT, [::1]:PORT or localhost:PORT"#
+        r#"worldd: daemon startup failed at bind-policy: --bind "example.com:80": host "example.com" is not loopback: the daemon binds loopback only, 127.0.0.1:PORT, [::1]:PORT or localhost:PORT (to reach it from another machine, see operators.md "Network exposure")"#
     );
     assert_eq!(names_in(dir.path()), Vec::<String>::new());
 }

@@ -122,7 +122,7 @@ fn an_ipv4_loopback_mapped_into_ipv6_is_loopback_for_the_bind_and_the_host_check
     );
     assert_eq!(code, 2, "{err}");
     assert!(
-        err.contains("at bind-policy: bind host \"::ffff:10.0.0.1\" is not loopback"),
+        err.contains("at bind-policy: --bind \"[::ffff:10.0.0.1]:7644\": host \"::ffff:10.0.0.1\" is not loopback: the daemon binds loopback only"),
         "{err}"
     );
     if std::net::TcpListener::bind("[::ffff:127.0.0.1]:0").is_err() {
@@ -150,7 +150,7 @@ fn non_loopback_bind_is_refused_at_startup() {
     );
     assert_eq!(code, 2, "{out} {err}");
     assert!(
-        err.contains("daemon startup failed at bind-policy: bind host \"0.0.0.0\" is not loopback"),
+        err.contains("daemon startup failed at bind-policy: --bind \"0.0.0.0:7644\": host \"0.0.0.0\" is not loopback: the daemon binds loopback only"),
         "{err}"
     );
     assert!(out.is_empty());

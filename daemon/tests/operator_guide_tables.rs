@@ -99,7 +99,7 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
     ]);
     let mut cases = vec![
         Provoked {
-            span: r#"… at bind-policy: bind host "0.0.0.0" is not loopback"#,
+            span: r#"… at bind-policy: --bind "0.0.0.0:7644": host "0.0.0.0" is not loopback: the daemon binds loopback only, 127.0.0.1:PORT, [::1]:PORT or localhost:PORT (to reach it from another machine, see operators.md "Network exposure")"#,
             names: vec![],
             args: s(&["--bind", "0.0.0.0:7644"]),
         },

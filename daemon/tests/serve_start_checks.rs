@@ -357,6 +357,49 @@ fn a_bad_bind_in_the_config_file_is_named_as_its_key() {
     assert!(!dir.path().join(".world").exists());
 }
 
+/// `--bind 0.0.0.0:PORT` (the usual first try at reaching the daemon from elsewhere) was told
+/// only `bind host "0.0.0.0" is not loopback`, the same words from the flag and from the file:
+/// an address of any IP that is not loopback is named by where it came from, with the
+/// addresses the daemon binds and where remote access is explained, as a host name is.
+#[test]
+fn a_bind_of_an_ip_that_is_not_loopback_names_its_source_and_the_fix() {
+    const FIX: &str = r#"the daemon binds loopback only, 127.0.0.1:PORT, [::1]:PORT or localhost:PORT (to reach it from another machine, see operators.md "Network exposure")"#;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("world.toml");
+    for (bind, host) in [
+        ("0.0.0.0:26322", "0.0.0.0"),
+        ("192.168.1.5:26322", "192.168.1.5"),
+        ("[::]:26322", "::"),
+        ("[::ffff:10.0.0.1]:26322", "::ffff:10.0.0.1"),
+    ] {
+        let r = refused_start(&["--bind", bind], dir.path());
+        assert_eq!(r.code, Some(2), "{}", r.stderr);
+        assert_eq!(
+            r.line,
+            format!(
+                "worldd: daemon startup failed at bind-policy: --bind {bind:?}: host {host:?} is not loopback: {FIX}"
+            )
+        );
+        std::fs::write(&config, format!("[serve]\nbind = \"{bind}\"\n")).unwrap();
+        let r = refused_start(&["--config", config.to_str().unwrap()], dir.path());
+        assert_eq!(r.code, Some(2), "{}", r.stderr);
+        assert_eq!(
+            r.line,
+            format!(
+                "worldd: daemon startup failed at bind-policy: [serve] bind {bind:?}: host {host:?} is not loopback: {FIX}"
+            )
+        );
+    }
+    let r = refused_start(&["--bind", "example.com:80"], dir.path());
+    assert_eq!(
+        r.line,
+        format!(
+            r#"worldd: daemon startup failed at bind-policy: --bind "example.com:80": host "example.com" is not loopback: {FIX}"#
+        )
+    );
+    assert!(!dir.path().join(".world").exists());
+}
+
 /// A start refused where it could make nothing (the store's parent is a file) does not warn of
 /// a store "this failed start made" that it could not remove.
 #[test]

@@ -1145,6 +1145,10 @@ fn catalog_of(set: &plugins::PluginSet) -> crate::catalog::Catalog {
 /// which its refusals name.
 pub(super) fn resolve_bind_as(bind: &str, key: &str) -> Result<SocketAddr, Failure> {
     if let Ok(a) = bind.parse::<SocketAddr>() {
+        // Refused here, where the flag or file key it came from is known (`0.0.0.0:PORT` is
+        // the usual first try at reaching the daemon from elsewhere, and is told the fix).
+        server::check_loopback(&a)
+            .map_err(|why| startup("bind-policy", format!("{key} {bind:?}: {why}")))?;
         return Ok(a);
     }
     // A host and a number that is no port: the port is what is wrong, not the shape.
@@ -1189,7 +1193,8 @@ pub(super) fn resolve_bind_as(bind: &str, key: &str) -> Result<SocketAddr, Failu
             return Err(startup(
                 "bind-policy",
                 format!(
-                    "{key} {bind:?}: host {host:?} is not loopback: the daemon binds loopback only, 127.0.0.1:PORT, [::1]:PORT or localhost:PORT"
+                    "{key} {bind:?}: host {host:?} is not loopback: {}",
+                    server::LOOPBACK_ONLY
                 ),
             ));
         }
