@@ -660,3 +660,36 @@ fn the_handler_author_guides_plugin_builds_and_answers_as_the_guide_says() {
         "$ {why}\n{verified}"
     );
 }
+
+/// A third party's effect granted at a scope none of its tools uses (`Echo.Say=worktree`, the
+/// scope every shipped example shows, where echo-say declares `any`): `session mint` warned
+/// only that the episode had no worktree, and to make one, which would change nothing; the
+/// credential then saw none of the plugin's tools. It now says, from the store's published
+/// tools, that no tool uses the effect at that scope and which scopes they use.
+#[test]
+fn a_grant_at_a_scope_no_published_tool_uses_is_said_and_no_worktree_is_asked_for() {
+    let echo = echo_library();
+    let d = start_with(tempfile::tempdir().unwrap(), &[echo], &[WS]);
+    let mint = |grant: &str, out: &str| {
+        transcript::run_on_terminal(
+            &format!(
+                "{WORLDD} session mint --db {} --workspace-root {} --episode ep9 --grant {grant} --out {out}",
+                path_str(&d.db()),
+                path_str(&d.root())
+            ),
+            d.dir.path(),
+            &[],
+        )
+    };
+    let (code, shown) = mint("Echo.Say=worktree:5", "wrong.session");
+    assert_eq!(code, 0, "{shown}");
+    assert!(
+        shown.contains("worldd session: warning: --grant Echo.Say=worktree:5: no published tool uses Echo.Say at scope worktree; its tools use any (a scope is the label a tool declares, not a place), so this grant gives them nothing (answer n to stop here)\n"),
+        "{shown}"
+    );
+    assert!(!shown.contains("has no worktree"), "{shown}");
+    // At the scope its tools use, nothing is said of it.
+    let (code, shown) = mint("Echo.Say=any:5", "right.session");
+    assert_eq!(code, 0, "{shown}");
+    assert!(!shown.contains("warning"), "{shown}");
+}

@@ -463,10 +463,6 @@ fn mint(
     out: Option<&Path>,
     root: &Path,
 ) -> CliResult {
-    // A credential whose grants need the episode's worktree has every call refused while it
-    // is missing: say so, and how to fix it, before the question (an operator's credential
-    // reads every episode: no one; a grant of another scope, such as `any`, needs none).
-    let needs_worktree = needs_worktree(&grants);
     // Only an operator's credential may commit: an agent's World.Commit grant gives nothing.
     if let Some(commit) = grants
         .iter()
@@ -479,6 +475,18 @@ fn mint(
     let minting = Minting::check(db, episode, grants, operator, ttl, out)?;
     check_out_beside_agents(out, root, operator)?;
     minting.warn_of_spent_grants();
+    // A credential whose grants need the episode's worktree has every call refused while it
+    // is missing: say so, and how to fix it, before the question (an operator's credential
+    // reads every episode: no one; a grant of another scope, such as `any`, needs none, nor
+    // one that no published tool uses at that scope: it gives nothing, which is said instead).
+    let unmatched = minting.warn_of_unmatched_scopes();
+    let useful: Vec<Grant> = minting
+        .grants
+        .iter()
+        .filter(|g| !unmatched.contains(g))
+        .cloned()
+        .collect();
+    let needs_worktree = needs_worktree(&useful);
     let worktree = root.join(episode);
     let link = std::fs::symlink_metadata(&worktree).is_ok_and(|m| m.file_type().is_symlink());
     if !operator && needs_worktree && link {
@@ -605,6 +613,47 @@ impl<'a> Minting<'a> {
                 g.budget
             );
         }
+    }
+
+    /// Grants whose effect the store's published tools use, but none at the grant's scope:
+    /// such a grant shows its credential none of them (`0 tool(s)`). Each is said before the
+    /// question, with the scopes the tools use; the shipped effects' are said by
+    /// [`parse_grants`] already, from what the shipped tools use. A store that has published
+    /// no tool of the effect (or none yet) says nothing: the tools may come later.
+    fn warn_of_unmatched_scopes(&self) -> Vec<Grant> {
+        let Some(store) = &self.store else {
+            return Vec::new();
+        };
+        let Ok(registry) =
+            broker_core::registry::load(store, broker_core::registry::DEFAULT_REGISTRY)
+        else {
+            return Vec::new();
+        };
+        let mut unmatched = Vec::new();
+        for g in self
+            .grants
+            .iter()
+            .filter(|g| shipped_scope(&g.effect).is_none())
+        {
+            let scopes: std::collections::BTreeSet<&str> = registry
+                .entries()
+                .map(|e| &e.transition.access)
+                .filter(|a| a.effect == g.effect)
+                .map(|a| a.scope.as_str())
+                .collect();
+            if scopes.is_empty() || scopes.contains(g.scope.as_str()) {
+                continue;
+            }
+            let used: Vec<&str> = scopes.into_iter().collect();
+            errln!(
+                "worldd session: warning: --grant {g}: no published tool uses {} at scope {}; its tools use {} (a scope is the label a tool declares, not a place), so this grant gives them nothing (answer n to stop here)",
+                g.effect,
+                g.scope,
+                used.join(", ")
+            );
+            unmatched.push(g.clone());
+        }
+        unmatched
     }
 
     pub(crate) fn confirm(&self) -> CliResult {
