@@ -518,3 +518,105 @@ fn an_empty_world_addr_is_taken_as_unset_and_an_empty_addr_flag_is_refused() {
         )
     );
 }
+
+/// `worldd call … > /dev/full` said only `cannot write to stdout: …`, exit 1, after the call
+/// had run and committed, so a script on a full disk ran the write again. It names the call it
+/// committed (its invocation id and entry) and how to see it without running it again: `calls
+/// get` of the invocation id, or of the key, which a resend with the same key answers from.
+#[test]
+fn a_call_whose_output_cannot_be_written_says_it_committed_and_how_to_find_it() {
+    let d = Daemon::start(&["worldd_workspace"], &[]);
+    let token = d.session("ep1", &["Workspace.Write=worktree:5"]);
+    let file = d.session_file("ep1", &token);
+    let addr = d.url("");
+    let client = |args: &[&str], stdout: Stdio| {
+        let out = Command::new(WORLDD)
+            .args(args)
+            .args(["--addr", &addr, "--session", path_str(&file)])
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let full = || {
+        Stdio::from(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/full")
+                .unwrap(),
+        )
+    };
+    let entry_of = |handle: &str| {
+        let (code, out, err) = client(&["calls", "get", handle], Stdio::piped());
+        assert_eq!((code, err.as_str()), (Some(0), ""), "{out}");
+        assert!(out.contains("  ailang-write  committed\n"), "{out}");
+        out.lines()
+            .find_map(|l| l.strip_prefix("  entry     "))
+            .unwrap_or_else(|| panic!("{out}"))
+            .to_owned()
+    };
+
+    // Without a key, the committed bytes (`--json-out`): named by its invocation id.
+    let (code, out, err) = client(
+        &[
+            "call",
+            "ailang-write",
+            "--arg",
+            "path=full.txt",
+            "--arg",
+            "content=x",
+            "--json-out",
+        ],
+        full(),
+    );
+    assert_eq!((code, out.as_str()), (Some(1), ""), "{err}");
+    let id = err
+        .strip_prefix("worldd: the call was committed as ")
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap_or_else(|| panic!("{err}"))
+        .to_owned();
+    assert!(id.starts_with("mcp:ep1:"), "{err}");
+    let entry = entry_of(&id);
+    assert_eq!(
+        err,
+        format!(
+            "worldd: the call was committed as {id} (entry {entry}), but its output could not be written: cannot write to stdout: No space left on device (os error 28); do not run it again: `worldd calls get {id}` shows the commit\n"
+        )
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.root().join("ep1/full.txt")).unwrap(),
+        "x"
+    );
+
+    // With a key, pretty-printed: the key is named, and a resend answers from the commit.
+    let keyed = [
+        "call",
+        "ailang-write",
+        "--arg",
+        "path=full2.txt",
+        "--arg",
+        "content=y",
+        "--idempotency-key",
+        "full-1",
+    ];
+    let (code, out, err) = client(&keyed, full());
+    assert_eq!((code, out.as_str()), (Some(1), ""), "{err}");
+    let entry = entry_of("full-1");
+    assert_eq!(
+        err,
+        format!(
+            "worldd: the call was committed as mcp:ep1:full-1 (entry {entry}), but its output could not be written: cannot write to stdout: No space left on device (os error 28); do not run it again: `worldd calls get full-1` shows the commit, and resending it with the same key returns its result without running it\n"
+        )
+    );
+    let head = get(&d.url("/v1/head"), Some(&token)).text();
+    let (code, out, err) = client(&keyed, Stdio::piped());
+    assert_eq!((code, err.as_str()), (Some(0), ""), "{out}");
+    assert!(out.contains("\"bytes\": 1"), "{out}");
+    assert_eq!(get(&d.url("/v1/head"), Some(&token)).text(), head);
+}

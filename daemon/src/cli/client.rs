@@ -1126,14 +1126,24 @@ pub fn call(a: CallArgs) -> CliResult {
         .as_str()
         .unwrap_or("")
         .to_owned();
-    if a.json_out {
-        super::output::write_committed(&text)?;
+    let written = if a.json_out {
+        super::output::try_write_committed(&text)
     } else {
         let pretty = serde_json::from_str::<Value>(&text)
             .ok()
             .and_then(|o| serde_json::to_string_pretty(&o).ok())
             .unwrap_or(text.clone());
-        outln!("{pretty}");
+        super::output::try_write(format!("{pretty}\n"))
+    };
+    if let Err(e) = written {
+        // The call has committed: said so, or a script would run the write again.
+        let meta = &v["result"]["_meta"];
+        return Err(super::output::unwritten_after_commit(
+            e,
+            meta["world/invocationId"].as_str(),
+            meta["world/entryIndex"].as_u64(),
+            a.idempotency_key.as_deref(),
+        ));
     }
     // The output says an effect was denied or failed, not why: the reason travels in
     // `_meta`. Said on stderr; stdout and the exit code stay as they were.
