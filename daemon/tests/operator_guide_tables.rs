@@ -517,18 +517,18 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
     by_runner.push((
         misfit_runs(serde_json::json!({"transitions": [fixtures::misfit_tool("misfit-do", "echo-say")]})),
         Provoked {
-            span: r#"… at plugins: plugin FILE: shipped transition "ID" is also shipped by plugin NAME (OTHER): …"#,
+            span: r#"… at plugins: plugin DIR: shipped transition "ID" is shipped by two plugins, NAME (FILE) and OTHER (…): …"#,
             names: vec![
-                ("plugin NAME", "plugin echo".into()),
                 (r#""ID""#, r#""echo-say""#.into()),
-                ("FILE", taken_name_lib),
-                ("OTHER", echo_lib),
+                ("NAME (FILE)", format!("echo ({echo_lib})")),
+                ("OTHER", "misfit".into()),
+                ("DIR", taken_name.clone()),
             ],
             args: s(&["--plugin-dir", &taken_name]),
         },
     ));
     // Two plugins of different names claiming one effect: the misfit plugin declares the
-    // workspace plugin's, and is loaded first (by file name).
+    // workspace plugin's, and is named first (by file name).
     let (claims, claims_lib) = misfit_in("p-claims", &["worldd_workspace"]);
     by_runner.push((
         misfit_runs(serde_json::json!({
@@ -536,11 +536,12 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
             "transitions": []
         })),
         Provoked {
-            span: "… at plugins: plugin FILE: effect E is already claimed by OTHER",
+            span: "… at plugins: plugin DIR: effect E is claimed by two plugins, NAME (FILE) and OTHER (…): an effect has one handler; remove one of the two libraries from the plugin directory, or leave one of them out …",
             names: vec![
                 (" E ", " Workspace.Read ".into()),
-                ("FILE", format!("{claims}/libworldd_workspace.so")),
-                ("OTHER", claims_lib),
+                ("NAME (FILE)", format!("misfit ({claims_lib})")),
+                ("OTHER", "workspace".into()),
+                ("DIR", claims.clone()),
             ],
             args: s(&["--plugin-dir", &claims]),
         },

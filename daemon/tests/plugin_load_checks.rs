@@ -207,10 +207,11 @@ fn two_plugins_sharing_a_name_or_a_tool_id_are_refused_naming_both_files() {
         json!({"transitions": [echo_say]}),
         &plugins,
         &["--handler", "misfit"],
-        &misfit,
+        &plugins,
         &format!(
-            r#"shipped transition "echo-say" is also shipped by plugin echo ({}): tool ids are one namespace; one of the two must go"#,
-            echo.display()
+            r#"shipped transition "echo-say" is shipped by two plugins, echo ({}) and misfit ({}): tool ids are one namespace, and every plugin's tools are published, selected or not; remove one of the two libraries from the plugin directory"#,
+            echo.display(),
+            misfit.display()
         ),
     );
     // The same library under a second file name says so.
@@ -228,6 +229,90 @@ fn two_plugins_sharing_a_name_or_a_tool_id_are_refused_naming_both_files() {
             misfit.display()
         ),
     );
+}
+
+/// The lines `worldd handlers` prints of the plugin `name`: from its heading to the blank line
+/// (each ending in a line break).
+fn section(out: &str, name: &str) -> String {
+    out.split("\n\n")
+        .find(|s| s.starts_with(&format!("{name} ")))
+        .map(|s| format!("{s}\n"))
+        .unwrap_or_else(|| panic!("no section of {name} in\n{out}"))
+}
+
+/// Two plugins taking one effect or one tool id: the refusal was said of whichever library
+/// sorted second, as if the other were in the right (a third party's plugin sorting first made
+/// a shipped one look broken), `worldd handlers` listed it under that one only, and the effect
+/// clash said nothing of what to do. Both are named alike, with the fix, and listed under both.
+#[test]
+fn a_clash_between_two_plugins_names_both_says_what_to_do_and_is_listed_under_both() {
+    for misfit_file in ["libworldd_misfit.so", "libaaa_misfit.so"] {
+        let dir = tempfile::tempdir().unwrap();
+        let plugins = plugin_dir(dir.path(), &[echo_library()]);
+        let echo = plugins.join(echo_library().file_name().unwrap());
+        let misfit = plugins.join(misfit_file);
+        std::fs::copy(misfit_library(), &misfit).unwrap();
+        // In file-name order: the misfit plugin first under its second name.
+        let both = if misfit < echo {
+            format!(
+                "misfit ({}) and echo ({})",
+                misfit.display(),
+                echo.display()
+            )
+        } else {
+            format!(
+                "echo ({}) and misfit ({})",
+                echo.display(),
+                misfit.display()
+            )
+        };
+        let effect = |leave_out: &str| {
+            format!("effect Echo.Say is claimed by two plugins, {both}: an effect has one handler; remove one of the two libraries from the plugin directory, or leave one of them out {leave_out}")
+        };
+        let claims_echo_say = json!({
+            "effects": [{"name": "Echo.Say", "class": "read", "ops": ["say"]}],
+            "transitions": []
+        });
+        let echo_say = fixtures::misfit_tool("misfit-do", "echo-say");
+        for (changes, args, problem) in [
+            (
+                &claims_echo_say,
+                &[][..],
+                effect("by naming the plugins to serve with --handler NAME (or [serve] handlers)"),
+            ),
+            (
+                &claims_echo_say,
+                &["--handler", "echo", "--handler", "misfit"][..],
+                effect("of --handler"),
+            ),
+            (
+                &json!({"transitions": [echo_say]}),
+                &[][..],
+                format!(
+                    r#"shipped transition "echo-say" is shipped by two plugins, {both}: tool ids are one namespace, and every plugin's tools are published, selected or not; remove one of the two libraries from the plugin directory"#
+                ),
+            ),
+        ] {
+            let (code, out, err) = worldd_with(changes, "handlers", &plugins, args);
+            assert_eq!(code, Some(0), "{err}");
+            for name in ["echo", "misfit"] {
+                assert!(
+                    section(&out, name).contains(&format!("\n  problem: {problem}\n")),
+                    "{name} {args:?}\n{out}"
+                );
+            }
+            let (code, _, err) = worldd_with(changes, "serve", &plugins, args);
+            assert_eq!(code, Some(2), "{err}");
+            assert_eq!(
+                err.lines().last().unwrap_or_default(),
+                format!(
+                    "worldd: daemon startup failed at plugins: plugin {}: {problem}",
+                    plugins.display()
+                ),
+                "{args:?}"
+            );
+        }
+    }
 }
 
 #[test]

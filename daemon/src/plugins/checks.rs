@@ -3,7 +3,7 @@
 //! plugins before it (names, tool ids, claimed effects) and against the operator's config.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use broker_core::object::Ref;
 use broker_core::transition::Transition;
@@ -30,9 +30,32 @@ fn shipped_transitions(info: &PluginInfo) -> Result<Vec<Transition>, PluginError
 pub struct Seen {
     names: HashMap<String, (PathBuf, Ref)>,
     tools: HashMap<String, (String, PathBuf)>,
-    claimed: HashMap<String, PathBuf>,
+    claimed: HashMap<String, (String, PathBuf)>,
     /// What the shipped tools of the plugins before take of a registry revision.
     shipped_bytes: usize,
+    /// The earlier library of the last clash [`check`] refused (a tool id or an effect both
+    /// take): `worldd handlers` lists the problem under both plugins.
+    clashed_with: Option<PathBuf>,
+}
+
+impl Seen {
+    /// The other library of the clash the last [`check`] refused, if it refused one.
+    pub(super) fn take_clash(&mut self) -> Option<PathBuf> {
+        self.clashed_with.take()
+    }
+}
+
+/// Two plugins by name and file, in file-name order: which one was loaded second is no cause
+/// of the clash, and neither is singled out.
+fn both(a: (&str, &Path), b: (&str, &Path)) -> String {
+    let (first, second) = if a.1 <= b.1 { (a, b) } else { (b, a) };
+    format!(
+        "{} ({}) and {} ({})",
+        first.0,
+        first.1.display(),
+        second.0,
+        second.1.display()
+    )
 }
 
 /// What `serve` checks of one plugin before it runs any of the plugin's code beyond the
@@ -73,15 +96,20 @@ pub fn check(
     // All found plugins' tools are published together, selected or not.
     for t in &transitions {
         if let Some((plugin, other)) = seen.tools.get(&t.id) {
-            return Err(fail(if other == &info.path {
-                format!("ships transition {} twice", dialect::quote::quote(&t.id))
-            } else {
-                format!(
-                    "shipped transition {} is also shipped by plugin {plugin} ({}): tool ids are one namespace; one of the two must go",
-                    dialect::quote::quote(&t.id),
-                    other.display()
-                )
-            }));
+            if other == &info.path {
+                return Err(fail(format!(
+                    "ships transition {} twice",
+                    dialect::quote::quote(&t.id)
+                )));
+            }
+            // Said of the directory, not of one library: neither is more at fault.
+            let cause = format!(
+                "shipped transition {} is shipped by two plugins, {}: tool ids are one namespace, and every plugin's tools are published, selected or not; remove one of the two libraries from the plugin directory",
+                dialect::quote::quote(&t.id),
+                both((plugin, other), (name, &info.path))
+            );
+            seen.clashed_with = Some(other.clone());
+            return Err(PluginError::new(&opts.dir, cause));
         }
         seen.tools
             .insert(t.id.clone(), (name.clone(), info.path.clone()));
@@ -98,16 +126,27 @@ pub fn check(
         check_config(&info.manifest.config_schema, &config)
             .map_err(|e| fail(format!("[plugins.{name}]: {e}")))?;
         for e in &info.manifest.effects {
-            if let Some(other) = seen.claimed.get(&e.name) {
-                return Err(fail(format!(
-                    "effect {} is already claimed by {}",
+            if let Some((plugin, other)) = seen.claimed.get(&e.name) {
+                let leave_out = match (opts.selected.is_empty(), opts.selected_in_file) {
+                    (true, _) => {
+                        "by naming the plugins to serve with --handler NAME (or [serve] handlers)"
+                    }
+                    (false, false) => "of --handler",
+                    (false, true) => "of [serve] handlers",
+                };
+                // Said of the directory, not of one library: neither is more at fault.
+                let cause = format!(
+                    "effect {} is claimed by two plugins, {}: an effect has one handler; remove one of the two libraries from the plugin directory, or leave one of them out {leave_out}",
                     e.name,
-                    other.display()
-                )));
+                    both((plugin, other), (name, &info.path))
+                );
+                seen.clashed_with = Some(other.clone());
+                return Err(PluginError::new(&opts.dir, cause));
             }
         }
         for e in &info.manifest.effects {
-            seen.claimed.insert(e.name.clone(), info.path.clone());
+            seen.claimed
+                .insert(e.name.clone(), (name.clone(), info.path.clone()));
         }
     }
     Ok(Checked {
@@ -189,7 +228,10 @@ mod tests {
 
     /// The problem `check` finds in `infos`, checked in order, or "" when there is none.
     fn problem(infos: &[PluginInfo]) -> String {
-        let opts = PluginOptions::default();
+        let opts = PluginOptions {
+            dir: PathBuf::from("/plugins"),
+            ..PluginOptions::default()
+        };
         let mut seen = Seen::default();
         for info in infos {
             if let Err(e) = check(info, &opts, &mut seen) {
@@ -424,7 +466,7 @@ mod tests {
                 plugin("liba.so", "notes", |_| {}),
                 plugin("libb.so", "other", other_effect)
             ]),
-            r#"plugin /plugins/libb.so: shipped transition "notes-append" is also shipped by plugin notes (/plugins/liba.so): tool ids are one namespace; one of the two must go"#
+            r#"plugin /plugins: shipped transition "notes-append" is shipped by two plugins, notes (/plugins/liba.so) and other (/plugins/libb.so): tool ids are one namespace, and every plugin's tools are published, selected or not; remove one of the two libraries from the plugin directory"#
         );
         let twice = |m: &mut Value| {
             let t = m["transitions"][0].clone();
@@ -435,6 +477,51 @@ mod tests {
             r#"plugin /plugins/libnotes.so: ships transition "notes-append" twice"#
         );
     }
+    /// The refusal named the library loaded second as the one at fault and the other as
+    /// "already" there: a third party's plugin whose file sorted first made a shipped plugin
+    /// look broken. Both are named alike, in file-name order, with what to do.
+    #[test]
+    fn an_effect_two_plugins_claim_is_refused_naming_both_alike_and_what_to_do() {
+        let other_tool = |m: &mut Value| {
+            let doc = serde_json::to_string(&m["transitions"][0]).unwrap();
+            m["transitions"][0] =
+                serde_json::from_str(&doc.replace("notes-append", "other-append")).unwrap();
+        };
+        let clash = |selected: &[&str], in_file: bool| {
+            let opts = PluginOptions {
+                dir: PathBuf::from("/plugins"),
+                selected: selected.iter().map(|s| s.to_string()).collect(),
+                selected_in_file: in_file,
+                ..PluginOptions::default()
+            };
+            let mut seen = Seen::default();
+            check(&plugin("liba.so", "notes", |_| {}), &opts, &mut seen).unwrap();
+            let e = check(&plugin("libb.so", "other", other_tool), &opts, &mut seen).unwrap_err();
+            assert_eq!(seen.take_clash(), Some(PathBuf::from("/plugins/liba.so")));
+            e.to_string()
+        };
+        let said = |leave_out: &str| {
+            format!("plugin /plugins: effect Notes.Append is claimed by two plugins, notes (/plugins/liba.so) and other (/plugins/libb.so): an effect has one handler; remove one of the two libraries from the plugin directory, or leave one of them out {leave_out}")
+        };
+        assert_eq!(
+            clash(&[], false),
+            said("by naming the plugins to serve with --handler NAME (or [serve] handlers)")
+        );
+        assert_eq!(clash(&["notes", "other"], false), said("of --handler"));
+        assert_eq!(
+            clash(&["notes", "other"], true),
+            said("of [serve] handlers")
+        );
+        // The other file order: the same words.
+        assert_eq!(
+            problem(&[
+                plugin("libb.so", "other", other_tool),
+                plugin("liba.so", "notes", |_| {})
+            ]),
+            said("by naming the plugins to serve with --handler NAME (or [serve] handlers)")
+        );
+    }
+
     #[test]
     fn a_tool_id_too_long_for_an_mcp_name_is_refused_at_load_not_on_every_tools_list() {
         // 63 bytes with one `.` (two bytes in an MCP name): 64, the most; then 65.

@@ -32,11 +32,31 @@ pub fn report(opts: &PluginOptions) -> Result<String, PluginError> {
     let mut out = String::new();
     let scanned = scan(&opts.dir, opts.limits.plugin_start, Stops::Handlers)?;
     let _ = writeln!(out, "plugin directory {}", opts.dir.display());
-    let mut n = 0;
+    // Exactly the checks `serve` makes before it builds any handler, in its order. A clash
+    // (a tool id or an effect two plugins take) is listed under both: the reader of either
+    // plugin's lines learns of it, whichever file name sorts first.
+    let mut problems = vec![Vec::new(); scanned.len()];
     let mut seen = Seen::default();
+    for (i, s) in scanned.iter().enumerate() {
+        let Scanned::Plugin(info, _) = s else {
+            continue;
+        };
+        if let Err(e) = check(info, opts, &mut seen) {
+            if let Some(other) = seen.take_clash() {
+                let at = scanned
+                    .iter()
+                    .position(|s| matches!(s, Scanned::Plugin(o, _) if o.path == other));
+                if let Some(at) = at {
+                    problems[at].push(e.cause.clone());
+                }
+            }
+            problems[i].push(e.cause);
+        }
+    }
+    let mut n = 0;
     let mut found = Vec::new();
     let mut broken = Vec::new();
-    for s in &scanned {
+    for (s, problems) in scanned.iter().zip(&problems) {
         match s {
             Scanned::Broken(e) => {
                 let _ = writeln!(out, "\n{}\n  not loadable: {}", e.path, e.cause);
@@ -106,9 +126,8 @@ pub fn report(opts: &PluginOptions) -> Result<String, PluginError> {
                     );
                 }
                 let _ = writeln!(out, "  config {}", effective_config(opts, m));
-                // Exactly the checks `serve` makes before it builds the handler.
-                if let Err(e) = check(info, opts, &mut seen) {
-                    let _ = writeln!(out, "  problem: {}", e.cause);
+                for problem in problems {
+                    let _ = writeln!(out, "  problem: {problem}");
                 }
             }
         }
