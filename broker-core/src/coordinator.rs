@@ -141,8 +141,8 @@ use closed::{
 use hooks::NoHooks;
 use known::KnownObjects;
 use outcome::{
-    settle, settle_unrecorded, submit_unrecorded, write_unrecorded, FinishJob, HandlerJob,
-    LateCall, Ran, Settled, Shaped,
+    settle, settle_unrecorded, submit_unrecorded, unrecorded_error, write_unrecorded, FinishJob,
+    HandlerJob, LateCall, Ran, Settled, Shaped,
 };
 use record::InvocationRecord;
 use turns::EpisodeTurns;
@@ -1449,10 +1449,8 @@ impl Coordinator {
         objects: Vec<Object>,
         record: Ref,
     ) -> CallError {
-        write_unrecorded(&self.store, &p.ids(), status, objects, record);
-        CallError::EffectsUnrecorded {
-            records: vec![record],
-        }
+        let written = write_unrecorded(&self.store, &p.ids(), status, objects, record);
+        unrecorded_error(written, record)
     }
 
     // -- 5. commit -------------------------------------------------------------------------
@@ -1528,10 +1526,8 @@ impl Coordinator {
                         tracing::error!(invocation = %ids.invocation_id, "commit after effect failed: {err}");
                         let unrecorded =
                             submit_unrecorded(&store, &ids, ran.status, ran.objects, ran.record);
-                        settle_unrecorded(&ids, unrecorded.await);
-                        Err(CallError::EffectsUnrecorded {
-                            records: vec![ran.record],
-                        })
+                        let written = settle_unrecorded(&ids, unrecorded.await);
+                        Err(unrecorded_error(written, ran.record))
                     }
                     None => Err(err),
                 },

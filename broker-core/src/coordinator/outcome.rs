@@ -318,16 +318,16 @@ pub(super) fn settle(
 
 /// Make an effect's outcome and record durable without committing the call: the task state
 /// says `unrecorded`. If even that fails, the intent stays open and its receipt says
-/// indeterminate, which is the truth.
+/// indeterminate, which is the truth. Whether it was written.
 pub(super) fn write_unrecorded(
     store: &Store,
     ids: &CallIds,
     status: OutcomeStatus,
     objects: Vec<Object>,
     record: Ref,
-) {
+) -> bool {
     let written = submit_unrecorded(store, ids, status, objects, record).wait();
-    settle_unrecorded(ids, written);
+    settle_unrecorded(ids, written)
 }
 
 /// [`write_unrecorded`], submitted.
@@ -370,9 +370,29 @@ pub(super) fn submit_unrecorded(
     })
 }
 
-/// The end of [`submit_unrecorded`]: a failure is logged, and the intent stays open.
-pub(super) fn settle_unrecorded(ids: &CallIds, written: Result<(), CallError>) {
-    if let Err(e) = written {
-        tracing::error!(invocation = %ids.invocation_id, "could not record the outcome: {e}");
+/// The end of [`submit_unrecorded`]: a failure is logged, and the intent stays open. Whether
+/// it was written.
+pub(super) fn settle_unrecorded(ids: &CallIds, written: Result<(), CallError>) -> bool {
+    match written {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::error!(invocation = %ids.invocation_id, "could not record the outcome: {e}");
+            false
+        }
+    }
+}
+
+/// The caller's answer after a post-effect failure: [`CallError::EffectsUnrecorded`] naming
+/// `record` where the outcome and record were made durable on their own; where even that
+/// failed (a store whose disk turned read-only, a map the result does not fit), the intent
+/// stays open and the call is [`CallError::NotCommitted`], as a resend and reconciliation say
+/// too: a record never stored is not named.
+pub(super) fn unrecorded_error(written: bool, record: Ref) -> CallError {
+    if written {
+        CallError::EffectsUnrecorded {
+            records: vec![record],
+        }
+    } else {
+        CallError::NotCommitted
     }
 }

@@ -42,6 +42,19 @@ fn coordinator_with(
 ) -> (tempfile::TempDir, Coordinator) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::create(&dir.path().join("db")).unwrap();
+    (
+        dir,
+        coordinator_on(store, handler_deadline, handler, finish),
+    )
+}
+
+/// [`coordinator_with`] on `store`.
+fn coordinator_on(
+    store: Store,
+    handler_deadline: Duration,
+    handler: Arc<dyn EffectHandler>,
+    finish: Option<&str>,
+) -> Coordinator {
     let doc = std::fs::read(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../transitions/se-tools/ailang-read.json"
@@ -59,7 +72,7 @@ fn coordinator_with(
         handler_deadline,
         ..CoordinatorConfig::default()
     };
-    (dir, Coordinator::new(store, handlers, config))
+    Coordinator::new(store, handlers, config)
 }
 
 fn read_call(session: &Session, task: &str, path: &str) -> Call {
@@ -521,4 +534,30 @@ fn an_answer_under_the_limit_alone_but_over_it_with_its_world_block_is_a_recorde
             .all(|l| !l.starts_with("post-effect failure")),
         "no post-effect failure"
     );
+}
+
+/// A call whose commit failed after its effect, on a store that could not take even the
+/// outcome and record on their own (here a map the output does not fit; a disk turned
+/// read-only does the same), was answered EffectsUnrecorded naming a record that was never
+/// stored: an agent told to read it found nothing, and its resend and reconciliation said
+/// pending. It is answered NotCommitted, as they say, and names no record.
+#[test]
+fn an_outcome_the_store_cannot_take_after_a_failed_commit_names_no_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = crate::storage::StoreOptions {
+        ceiling: Some(1 << 20),
+        create: true,
+        ..Default::default()
+    };
+    let store = Store::open(&dir.path().join("db"), options).unwrap();
+    let c = coordinator_on(store, HANDLER_DEADLINE, Arc::new(Hostile), None);
+    let session = session_of(&c, "ep");
+    let answer = c.invoke(&read_call(&session, "t1", "big-1000000"));
+    assert!(matches!(answer, Err(CallError::NotCommitted)), "{answer:?}");
+    // The resend says the same: the intent is open.
+    let again = c.invoke(&read_call(&session, "t1", "big-1000000"));
+    assert!(matches!(again, Err(CallError::NotCommitted)), "{again:?}");
+    // A call whose output fits is served as ever.
+    let fits = c.invoke(&read_call(&session, "t2", "big-10")).unwrap();
+    assert_eq!(fits.effects[0].status, "ok");
 }
