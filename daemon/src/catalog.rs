@@ -10,8 +10,10 @@
 //! {"plugins":[{"name":"workspace","version":"0.1.0","identity":"workspace 0.1.0 (sha256:…)",
 //!              "library":"sha256:…","path":"libworldd_workspace.so",
 //!              "effects":[{"effect":"Workspace.Read","class":"read"}]}],
-//!  "declined":[{"name":"ailang","path":"libworldd_ailang.so","reason":"declined: …"}],
-//!  "unselected":[{"name":"git","path":"libworldd_git.so"}],
+//!  "declined":[{"name":"ailang","path":"libworldd_ailang.so","reason":"declined: …",
+//!               "effects":[{"effect":"Ailang.Run","class":"write"}]}],
+//!  "unselected":[{"name":"git","path":"libworldd_git.so",
+//!                 "effects":[{"effect":"Git.Commit","class":"write"}]}],
 //!  "tools":[{"name":"ailang-read","effects":["Workspace.Read"],"canRun":true},
 //!           {"name":"ailang-run","effects":["Ailang.Run"],"canRun":false,
 //!            "reason":"transition declares an effect this daemon has no handler for (Ailang.Run)"}]}
@@ -64,6 +66,9 @@ pub struct DeclinedPlugin {
     pub path: String,
     /// The plugin's own words (`declined: …`), naming what the operator must configure.
     pub reason: String,
+    /// The effects its manifest declares, which no handler serves here: what lets a client
+    /// name this plugin as the cause of a tool's refusal, and not every plugin that declined.
+    pub effects: Vec<PluginEffect>,
 }
 
 /// A plugin that was found but is not selected here (`--handler`, `[serve] handlers`); its
@@ -72,6 +77,8 @@ pub struct DeclinedPlugin {
 pub struct UnselectedPlugin {
     pub name: String,
     pub path: String,
+    /// The effects its manifest declares, as for [`DeclinedPlugin`].
+    pub effects: Vec<PluginEffect>,
 }
 
 /// The plugins of a running daemon, fixed at start-up.

@@ -178,6 +178,84 @@ fn call_of_a_tool_without_a_handler_names_rule_r8_not_the_log_hint() {
     assert!(line.contains(" WARN "), "{line}");
 }
 
+/// On a machine with no git identity the git plugin declines too, and `call ailang-run`'s R8
+/// explanation named it as well (`plugin git did not start: … git.author=…`), as did `tools
+/// list` of a session that sees no git tool: a newcomer was sent to configure a git author to
+/// run an AILANG program. Only a plugin that declares an effect the tool lacks is named; the
+/// route lists each declined plugin's effects, which is how the command line knows.
+#[test]
+fn the_r8_explanation_names_only_the_declined_plugins_that_declare_the_missing_effects() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    let mut cmd = Daemon::serve_command(&dir, &["worldd_workspace", "worldd_ailang", "worldd_git"]);
+    cmd.current_dir(&home)
+        .env("HOME", &home)
+        .env("XDG_CONFIG_HOME", &home)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null");
+    let d = Daemon::spawn(dir, cmd);
+    let token = d.session(
+        "demo",
+        &["Workspace.Read=worktree:5", "Ailang.Run=worktree:5"],
+    );
+    let v = get(&d.url("/v1/handlers"), Some(&token)).json();
+    let declined: Vec<&str> = v["declined"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(declined, ["ailang", "git"], "{v}");
+    assert_eq!(
+        v["declined"][1]["effects"],
+        json!([{"effect": "Git.Commit", "class": "write"}]),
+        "{v}"
+    );
+    let ailang = v["declined"][0]["effects"].as_array().unwrap();
+    assert!(
+        ailang.contains(&json!({"effect": "Ailang.Run", "class": "unknown"})),
+        "{v}"
+    );
+
+    // The credential from a file, as a person keeps it: stderr holds only what is said.
+    let cli = |d: &Daemon, token: &str, args: &[&str]| {
+        let file = d.session_file(&token[..8], token);
+        let addr = d.url("");
+        let mut all = args.to_vec();
+        all.extend(["--addr", addr.as_str(), "--session", path_str(&file)]);
+        worldd(&all, None)
+    };
+    let (code, out, err) = cli(
+        &d,
+        &token,
+        &["call", "ailang-run", "--arg", "path=main.ail"],
+    );
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert_eq!(
+        err,
+        format!(
+            "worldd: ailang-run cannot run in this daemon: {R8_RUN}; nothing ran and nothing was spent (rule R8)\n  plugin ailang did not start: {DECLINED}\n"
+        )
+    );
+    let (code, out, err) = cli(&d, &token, &["tools", "list"]);
+    assert_eq!((code, err.as_str()), (0, ""));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[lines.len() - 2..],
+        [
+            "2 tool(s), 1 cannot run here".to_owned(),
+            format!("plugin ailang did not start: {DECLINED}")
+        ],
+        "{out}"
+    );
+    // A session that sees only tools that can run is told of no plugin at all.
+    let reader = d.session("reader", &["Workspace.Read=worktree:5"]);
+    let (code, out, err) = cli(&d, &reader, &["tools", "list"]);
+    assert_eq!((code, err.as_str()), (0, ""));
+    assert!(out.ends_with("\n1 tool(s)\n"), "{out}");
+}
+
 #[test]
 fn tools_list_marks_the_tools_that_cannot_run() {
     let d = Daemon::start(WS_AILANG, &[]);

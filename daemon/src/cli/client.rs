@@ -3,7 +3,7 @@
 //! The session comes from `--session` or `$WORLD_SESSION`: either the 64-hex credential itself
 //! (discouraged: it lands in shell history) or a file holding it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Read};
 use std::time::Duration;
 
@@ -780,9 +780,58 @@ fn cannot_run(report: &Value) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// One line per plugin that declined to start, in its own words.
-fn declined_lines(report: &Value) -> Vec<String> {
-    let list = |key: &str| report[key].as_array().cloned().unwrap_or_default();
+/// One line per plugin that declined to start (in its own words) or is left out by the
+/// selection, of those that bear on one of the tools `stuck` (ids the report says cannot run):
+/// a plugin declaring an effect such a tool needs and no loaded plugin serves, or named as
+/// the tool's own plugin that is not started here. Every other plugin is left out: a git
+/// plugin without an author has nothing to do with `ailang-run`, and naming it as a cause sent
+/// a newcomer to configure it. A daemon whose report lists no plugin's effects gets every line.
+fn declined_lines(report: &Value, stuck: &[&str]) -> Vec<String> {
+    let names = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e["effect"].as_str().or(e.as_str()).map(str::to_owned))
+            .collect()
+    };
+    let served: BTreeSet<String> = report["plugins"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|p| names(&p["effects"]))
+        .collect();
+    let tools: Vec<&Value> = report["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| t["name"].as_str().is_some_and(|n| stuck.contains(&n)))
+        .collect();
+    let missing: BTreeSet<String> = tools
+        .iter()
+        .flat_map(|t| names(&t["effects"]))
+        .filter(|e| !served.contains(e))
+        .collect();
+    let bears = |p: &Value| {
+        let Some(declares) = p.get("effects") else {
+            return true;
+        };
+        let name = p["name"].as_str().unwrap_or("");
+        names(declares).iter().any(|e| missing.contains(e))
+            || tools.iter().any(|t| {
+                t["reason"].as_str().is_some_and(|r| {
+                    r.ends_with(&format!("(its plugin {name} is not started here)"))
+                })
+            })
+    };
+    let list = |key: &str| {
+        report[key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| bears(p))
+            .cloned()
+            .collect::<Vec<Value>>()
+    };
     let declined = list("declined").into_iter().map(|d| {
         // The plugin's own words, one line: a line break in them must not start a line that
         // reads as the listing's.
@@ -846,7 +895,14 @@ pub fn tools(cmd: ToolsCommand) -> CliResult {
         outln!("{} tool(s)", tools.len());
     } else {
         outln!("{} tool(s), {stuck} cannot run here", tools.len());
-        for line in report.as_ref().map(declined_lines).unwrap_or_default() {
+        // The report's tools are the session's, as listed: its cannot-run ones are these.
+        let stuck = report.as_ref().map(cannot_run).unwrap_or_default();
+        let stuck: Vec<&str> = stuck.keys().map(String::as_str).collect();
+        for line in report
+            .as_ref()
+            .map(|r| declined_lines(r, &stuck))
+            .unwrap_or_default()
+        {
             outln!("{line}");
         }
     }
@@ -926,7 +982,7 @@ fn r8_cause(c: &ClientArgs, tool: &str) -> Option<String> {
     let mut text = format!(
         "{tool} cannot run in this daemon: {why}; nothing ran and nothing was spent (rule R8)"
     );
-    for line in declined_lines(&report) {
+    for line in declined_lines(&report, &[tool]) {
         text.push_str("\n  ");
         text.push_str(&line);
     }

@@ -1100,6 +1100,16 @@ fn catalog_of(set: &plugins::PluginSet) -> crate::catalog::Catalog {
             .display()
             .to_string()
     };
+    let effects = |info: &plugins::PluginInfo| -> Vec<PluginEffect> {
+        info.manifest
+            .effects
+            .iter()
+            .map(|e| PluginEffect {
+                effect: e.name.clone(),
+                class: e.class,
+            })
+            .collect()
+    };
     Catalog {
         plugins: set
             .plugins
@@ -1110,15 +1120,7 @@ fn catalog_of(set: &plugins::PluginSet) -> crate::catalog::Catalog {
                 identity: info.identity().to_string(),
                 library: info.identity().library.to_string(),
                 path: abs(&info.path),
-                effects: info
-                    .manifest
-                    .effects
-                    .iter()
-                    .map(|e| PluginEffect {
-                        effect: e.name.clone(),
-                        class: e.class,
-                    })
-                    .collect(),
+                effects: effects(info),
             })
             .collect(),
         declined: set
@@ -1128,6 +1130,7 @@ fn catalog_of(set: &plugins::PluginSet) -> crate::catalog::Catalog {
                 name: info.manifest.name.clone(),
                 path: abs(&info.path),
                 reason: reason.clone(),
+                effects: effects(info),
             })
             .collect(),
         unselected: set
@@ -1136,6 +1139,7 @@ fn catalog_of(set: &plugins::PluginSet) -> crate::catalog::Catalog {
             .map(|info| UnselectedPlugin {
                 name: info.manifest.name.clone(),
                 path: abs(&info.path),
+                effects: effects(info),
             })
             .collect(),
     }
