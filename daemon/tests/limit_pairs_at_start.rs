@@ -318,3 +318,24 @@ fn a_limit_contradictory_in_itself_is_still_refused() {
         );
     }
 }
+
+/// A small `--store-ceiling` left a default reserve (an eighth of it) below what one large call
+/// stores: a 700 KB write admitted near a 4 MiB ceiling ran, was spent, and met the full map at
+/// its commit, unrecorded, with nothing said at start. Such a reserve is said at start, naming
+/// where it came from; one of 4 MiB or more is not.
+#[test]
+fn a_store_reserve_below_one_large_call_is_said_at_start() {
+    let d = started("", &["--store-ceiling", "4MiB"]);
+    said_once(
+        &d,
+        "the store reserve is 524288 bytes (its default, an eighth of the ceiling), below the 4194304 bytes one large call can store (its arguments about three times): a write admitted near the ceiling may run and be left unrecorded; set --store-reserve 4MiB or more, under a larger --store-ceiling if need be",
+    );
+    let d = started("[serve]\nstore_reserve = \"1MiB\"\n", &[]);
+    said_once(
+        &d,
+        "the store reserve is 1048576 bytes (--store-reserve or [serve] store_reserve), below",
+    );
+    let d = started("", &["--store-ceiling", "64MiB", "--store-reserve", "4MiB"]);
+    assert_eq!(get(&d.url("/v1/health"), None).status, 200);
+    assert!(!d.log().contains("the store reserve is"), "{}", d.log());
+}

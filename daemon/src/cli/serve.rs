@@ -197,6 +197,10 @@ pub(super) fn startup(stage: &str, detail: impl std::fmt::Display) -> Failure {
 /// The least store ceiling `serve` accepts: 1 MiB.
 const MIN_CEILING: u64 = 1 << 20;
 
+/// Below this reserve a call admitted near the ceiling may not fit: a call stores its
+/// arguments (at most 1 MiB) about three times, plus its outcome and entry.
+const MIN_RESERVE: u64 = 4 << 20;
+
 /// The config file, or what is wrong with it (each verb says it in its own words).
 fn read_config(path: &Option<PathBuf>) -> Result<ConfigFile, String> {
     let Some(path) = path else {
@@ -768,7 +772,7 @@ impl Settings {
         } else {
             "--bind"
         };
-        let (server, limits, said) = edge_settings(a, file)?;
+        let (server, limits, mut said) = edge_settings(a, file)?;
         let store_limits = &a.limits;
         if store_limits.map_size.is_some() && store_limits.store_ceiling.is_some() {
             return Err(startup(
@@ -794,7 +798,20 @@ impl Settings {
                 format!("the store ceiling ({ceiling} bytes) is below {MIN_CEILING} bytes, the least a store is given (a size without a unit is in bytes: write 64GiB, for example)"),
             ));
         }
-        broker_core::capacity::Limits::new(ceiling, reserve).map_err(|e| startup("config", e))?;
+        let capacity = broker_core::capacity::Limits::new(ceiling, reserve)
+            .map_err(|e| startup("config", e))?;
+        // Below what one large call stores, the reserve cannot hold a call admitted near the
+        // ceiling: its effect runs and its commit meets a full map, unrecorded.
+        if capacity.reserve < MIN_RESERVE {
+            said.push(format!(
+                "the store reserve is {} bytes ({}), below the {MIN_RESERVE} bytes one large call can store (its arguments about three times): a write admitted near the ceiling may run and be left unrecorded; set --store-reserve 4MiB or more, under a larger --store-ceiling if need be",
+                capacity.reserve,
+                match reserve {
+                    Some(_) => "--store-reserve or [serve] store_reserve",
+                    None => "its default, an eighth of the ceiling",
+                },
+            ));
+        }
         let refusal_rate = RefusalRate::new(
             store_limits
                 .refusals_per_minute
