@@ -307,15 +307,19 @@ fn a_manifest_forging_lines_or_carrying_megabytes_is_refused_and_printed_one_lin
     assert!(!out.contains("\n  problem:"), "{out}");
 }
 
-/// A library whose RUNPATH is `$ORIGIN` and which needs a companion library shipped beside it
-/// could not load, and the loader's words (`libcompanion.so: cannot open shared object file`)
-/// gave no hint why: loaded through `/proc/self/fd/N`, its `$ORIGIN` is `/proc/self/fd`. The
-/// load error names `$ORIGIN` and what to do.
-#[test]
-fn a_library_needing_a_companion_through_origin_is_told_why_it_cannot_load() {
+/// A C library `plugins/LIB` (of `source`, after a declaration of `companion_value`) linked
+/// with `flags` against `libcompanion.so`, built into `companion_dir` (`plugins` or another
+/// directory of the same temporary one): the directory and its `plugins`.
+fn with_companion(
+    source: &str,
+    companion_dir: &str,
+    flags: &[&str],
+    lib: &str,
+) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let plugins = dir.path().join("plugins");
     std::fs::create_dir_all(&plugins).unwrap();
+    std::fs::create_dir_all(dir.path().join(companion_dir)).unwrap();
     let cc = |args: &[&str]| {
         let built = std::process::Command::new("cc")
             .current_dir(dir.path())
@@ -331,26 +335,39 @@ fn a_library_needing_a_companion_through_origin_is_told_why_it_cannot_load() {
     .unwrap();
     std::fs::write(
         dir.path().join("plugin.c"),
-        "int companion_value(void);\nint plugin_value(void) { return companion_value(); }\n",
+        format!("int companion_value(void);\n{source}"),
     )
     .unwrap();
-    cc(&[
+    let companion = format!("{companion_dir}/libcompanion.so");
+    cc(&["-shared", "-fPIC", "-o", &companion, "companion.c"]);
+    let out = format!("plugins/{lib}");
+    let search = format!("-L{companion_dir}");
+    let mut args = vec![
         "-shared",
         "-fPIC",
         "-o",
-        "plugins/libcompanion.so",
-        "companion.c",
-    ]);
-    cc(&[
-        "-shared",
-        "-fPIC",
-        "-o",
-        "plugins/libworldd_dep.so",
+        &out,
         "plugin.c",
-        "-Lplugins",
+        &search,
         "-lcompanion",
-        "-Wl,-rpath,$ORIGIN",
-    ]);
+    ];
+    args.extend_from_slice(flags);
+    cc(&args);
+    (dir, plugins)
+}
+
+/// A library whose RUNPATH is `$ORIGIN` and which needs a companion library shipped beside it
+/// could not load, and the loader's words (`libcompanion.so: cannot open shared object file`)
+/// gave no hint why: loaded through `/proc/self/fd/N`, its `$ORIGIN` is `/proc/self/fd`. The
+/// load error names `$ORIGIN` and what to do.
+#[test]
+fn a_library_needing_a_companion_through_origin_is_told_why_it_cannot_load() {
+    let (_dir, plugins) = with_companion(
+        "int plugin_value(void) { return companion_value(); }\n",
+        "plugins",
+        &["-Wl,-rpath,$ORIGIN"],
+        "libworldd_dep.so",
+    );
     let (code, out, err) = worldd(
         &["handlers", "--plugin-dir", plugins.to_str().unwrap()],
         None,
@@ -378,45 +395,12 @@ fn a_library_needing_a_companion_through_origin_is_told_why_it_cannot_load() {
 /// its `$ORIGIN` pointed elsewhere. Only the dynamic section's search paths count.
 #[test]
 fn a_library_holding_origin_only_as_text_is_not_told_its_origin_misleads() {
-    let dir = tempfile::tempdir().unwrap();
-    let plugins = dir.path().join("plugins");
-    let elsewhere = dir.path().join("elsewhere");
-    std::fs::create_dir_all(&plugins).unwrap();
-    std::fs::create_dir_all(&elsewhere).unwrap();
-    let cc = |args: &[&str]| {
-        let built = std::process::Command::new("cc")
-            .current_dir(dir.path())
-            .args(args)
-            .status()
-            .unwrap();
-        assert!(built.success(), "cc {args:?}");
-    };
-    std::fs::write(
-        dir.path().join("companion.c"),
-        "int companion_value(void) { return 7; }\n",
-    )
-    .unwrap();
-    std::fs::write(
-        dir.path().join("plugin.c"),
-        "int companion_value(void);\nconst char *why = \"set RUNPATH to $ORIGIN\";\nint plugin_value(void) { return companion_value(); }\n",
-    )
-    .unwrap();
-    cc(&[
-        "-shared",
-        "-fPIC",
-        "-o",
-        "elsewhere/libcompanion.so",
-        "companion.c",
-    ]);
-    cc(&[
-        "-shared",
-        "-fPIC",
-        "-o",
-        "plugins/libworldd_text.so",
-        "plugin.c",
-        "-Lelsewhere",
-        "-lcompanion",
-    ]);
+    let (_dir, plugins) = with_companion(
+        "const char *why = \"set RUNPATH to $ORIGIN\";\nint plugin_value(void) { return companion_value(); }\n",
+        "elsewhere",
+        &[],
+        "libworldd_text.so",
+    );
     let library = std::fs::read(plugins.join("libworldd_text.so")).unwrap();
     assert!(library.windows(7).any(|w| w == b"$ORIGIN"));
     let (code, out, err) = worldd(
