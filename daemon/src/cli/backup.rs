@@ -1,14 +1,14 @@
 //! `worldd backup DEST`: a consistent copy of a store while the daemon serves it
 //! ([`crate::backup`]), then the copy opened and checked as `worldd doctor` checks a store.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use broker_core::store::{Store, StoreOptions};
 use broker_core::verify;
 use clap::Args;
 
 use super::session::open_to_read;
-use super::{CliResult, DbArg, Failure};
+use super::{output, CliResult, DbArg, Failure};
 use crate::backup;
 
 #[derive(Args, Debug)]
@@ -48,21 +48,67 @@ pub fn run(a: BackupArgs) -> CliResult {
         }
     })?;
     drop(store);
-    outln!("backup: {} -> {}", db.display(), a.dest.display());
-    outln!("  data.mdb: {} bytes", taken.data_bytes);
-    outln!(
-        "  {}: {} file(s), {} bytes",
+    let mut report = format!(
+        "backup: {} -> {}\n  data.mdb: {} bytes\n  {}: {} file(s), {} bytes\n",
+        db.display(),
+        a.dest.display(),
+        taken.data_bytes,
         backup::PLUGIN_STATE,
         taken.state_files,
         taken.state_bytes
     );
     for skipped in &taken.skipped {
-        outln!(
-            "  skipped {} (not a file, a directory or a symbolic link)",
+        report.push_str(&format!(
+            "  skipped {} (not a file, a directory or a symbolic link)\n",
             skipped.display()
-        );
+        ));
     }
-    // The copy is checked as a store of its own: it opens, and doctor's checks pass.
+    // The copy is checked before anything is reported: a report that cannot be written (a
+    // cron job's log on a full disk) once ended the verb first, leaving a good copy marked
+    // unchecked, which refused every later backup into DEST.
+    let audit = match check_copy(&a.dest) {
+        Ok(audit) => audit,
+        Err(Unchecked::Failed(failure)) => {
+            // What was copied, then why its check failed; the failure is the verb's answer
+            // even where the report cannot be written.
+            let _ = output::try_write(&report);
+            return Err(failure);
+        }
+    };
+    // Only now is the copy a checked backup: until here its marker says it is not.
+    backup::checked(&a.dest).map_err(|e| {
+        Failure::fatal(format!(
+            "backup: the copy in {} passed its checks, but {e}",
+            a.dest.display()
+        ))
+    })?;
+    drop(taken);
+    let checks = format!(
+        "opens and doctor's checks pass: {} entr(ies), {} indeterminate intent(s)",
+        audit.entries,
+        audit.indeterminate.len()
+    );
+    report.push_str(&format!("  ✓ the copy {checks}\n"));
+    output::try_write(&report).map_err(|e| {
+        if output::reader_gone(&e) {
+            return output::failure(e);
+        }
+        Failure::usage(format!(
+            "backup: the copy in {} is checked (it {checks}), but its report could not be written: {}",
+            a.dest.display(),
+            output::unwritten(&e)
+        ))
+    })
+}
+
+/// Why the copy is not a checked backup.
+enum Unchecked {
+    /// The copy does not open, or is inconsistent (exit 3).
+    Failed(Failure),
+}
+
+/// Open the copy in `dest` as a store of its own and run doctor's checks on it.
+fn check_copy(dest: &Path) -> Result<verify::StoreAudit, Unchecked> {
     // The copy is this process's alone until the verb ends: it may lie on a network share.
     let options = StoreOptions {
         allow_network_filesystem: true,
@@ -72,35 +118,25 @@ pub fn run(a: BackupArgs) -> CliResult {
     // the build that wrote the store can still restore the copy.
     // The source's opening warned of its intents without an outcome already (once a run).
     let (copy, _) = super::doctor::without_pending_warning(|| {
-        broker_core::migrate::keeping_schema(|| Store::open(&a.dest, options))
+        broker_core::migrate::keeping_schema(|| Store::open(dest, options))
     });
     let copy = copy.map_err(|e| {
-        Failure::integrity(format!(
+        Unchecked::Failed(Failure::integrity(format!(
             "backup: the copy in {} does not open: {e}",
-            a.dest.display()
-        ))
+            dest.display()
+        )))
     })?;
-    let audit = verify::audit_store(&copy)
-        .map_err(|e| Failure::integrity(format!("backup: checking the copy: {e}")))?;
+    let audit = verify::audit_store(&copy).map_err(|e| {
+        Unchecked::Failed(Failure::integrity(format!(
+            "backup: checking the copy: {e}"
+        )))
+    })?;
     if !audit.consistent() {
-        return Err(Failure::integrity(format!(
+        return Err(Unchecked::Failed(Failure::integrity(format!(
             "backup: the copy in {} is inconsistent; `worldd doctor --db {}` says where",
-            a.dest.display(),
-            a.dest.display()
-        )));
+            dest.display(),
+            dest.display()
+        ))));
     }
-    drop(copy);
-    // Only now is the copy a checked backup: until here its marker says it is not.
-    backup::checked(&a.dest).map_err(|e| {
-        Failure::fatal(format!(
-            "backup: the copy in {} passed its checks, but {e}",
-            a.dest.display()
-        ))
-    })?;
-    outln!(
-        "  ✓ the copy opens and doctor's checks pass: {} entr(ies), {} indeterminate intent(s)",
-        audit.entries,
-        audit.indeterminate.len()
-    );
-    Ok(())
+    Ok(audit)
 }
