@@ -69,6 +69,10 @@ pub fn interrupted_copy(db: &Path) -> Option<PathBuf> {
     (partial.is_dir() && !db.join("data.mdb").exists()).then_some(partial)
 }
 
+/// The lock file LMDB makes beside `data.mdb` when a store is opened for writing, as the
+/// copy's check opens it.
+const LOCK: &str = "lock.mdb";
+
 /// Deeper than any plugin's state needs; a bound so that a directory nested without end ends
 /// the copy with an error instead of the process's stack.
 const MAX_DEPTH: usize = 128;
@@ -87,6 +91,27 @@ pub struct Taken {
     /// The destination's lock ([`BackupError::Busy`]), held until this is dropped: until the
     /// copy has been checked, another backup into it is refused as running, not interrupted.
     held: Option<File>,
+    /// Whether the destination directory was made by this backup, and the entries of it this
+    /// backup wrote: what [`Taken::discard`] removes.
+    made: bool,
+    wrote: Vec<&'static str>,
+}
+
+impl Taken {
+    /// Remove the copy (its check found the destination full): what the backup wrote, the
+    /// `lock.mdb` the check's open made, and the destination when the backup made it.
+    pub fn discard(mut self, dest: &Path) {
+        let target = match self.held.take() {
+            Some(held) => Dir::from_std_file(held),
+            None => match Dir::open_ambient_dir(dest, cap_std::ambient_authority()) {
+                Ok(dir) => dir,
+                Err(_) => return,
+            },
+        };
+        let mut names = vec![LOCK];
+        names.extend(self.wrote.iter().copied().filter(|n| *n != LOCK));
+        undo(&target, dest, self.made, &names);
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -206,6 +231,8 @@ pub fn take(store: &Store, db: &Path, dest: &Path, compact: bool) -> Result<Take
                 .try_clone()
                 .ok()
                 .map(|d| File::from(std::os::fd::OwnedFd::from(d)));
+            taken.made = made;
+            taken.wrote = wrote;
             Ok(taken)
         }
         Err(e) => {
@@ -416,9 +443,9 @@ fn open_own_dir(dest: &Path) -> Result<Dir, BackupError> {
         _ if has(UNVERIFIED) && has("data.mdb") => Err(BackupError::Unverified(dest.to_path_buf())),
         // Killed before `data.mdb` was moved into place: what is there is no store.
         _ if has(PARTIAL)
-            && names
-                .iter()
-                .all(|n| [PARTIAL, UNVERIFIED, PLUGIN_STATE].contains(&&*n.to_string_lossy())) =>
+            && names.iter().all(|n| {
+                [PARTIAL, UNVERIFIED, PLUGIN_STATE, LOCK].contains(&&*n.to_string_lossy())
+            }) =>
         {
             Err(BackupError::Interrupted(dest.to_path_buf()))
         }
@@ -457,6 +484,7 @@ fn copy_store(
         .map_err(io_at(&partial))?;
     wrote.push(PARTIAL);
     let stage = target.open_dir(PARTIAL).map_err(io_at(&partial))?;
+    let has_lock = reserve_lock(db, &stage, dest)?;
     let data = partial.join("data.mdb");
     let mut file = stage
         .open_with(
@@ -516,10 +544,58 @@ fn copy_store(
     if has_state {
         moved(PLUGIN_STATE, wrote)?;
     }
+    if has_lock {
+        moved(LOCK, wrote)?;
+    }
     moved("data.mdb", wrote)?;
     target.remove_dir(PARTIAL).map_err(io_at(&partial))?;
     sync_dir(target, dest)?;
     Ok(taken)
+}
+
+/// Take the room of the copy's `lock.mdb` in `stage` before the copy is written: opening the
+/// copy for its check makes that file (its reader slots, 64 KiB and more), and a destination
+/// with room for `data.mdb` alone then filled during the check, leaving a whole unchecked copy
+/// on a full disk. Sized as the source's own lock file, which this build's open made (or
+/// resized) as it will make the copy's; none is reserved when the source has none (read where
+/// it is, on a read-only filesystem), and a full disk at the check's open is said the same.
+/// Whether the file was made.
+fn reserve_lock(db: &Path, stage: &Dir, dest: &Path) -> Result<bool, BackupError> {
+    use std::os::fd::AsRawFd;
+    let Some(bytes) = fs::symlink_metadata(db.join(LOCK))
+        .ok()
+        .filter(|md| md.is_file() && md.len() > 0)
+        .map(|md| md.len())
+    else {
+        return Ok(false);
+    };
+    let shown = dest.join(LOCK);
+    let file = stage
+        .open_with(
+            LOCK,
+            OpenOptions::new().write(true).create_new(true).mode(0o600),
+        )
+        .map_err(io_at(&shown))?
+        .into_std();
+    let len = libc::off_t::try_from(bytes).unwrap_or(libc::off_t::MAX);
+    // SAFETY: an open descriptor this function owns; no memory is shared.
+    match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) } {
+        0 => {}
+        code if code == libc::ENOSPC || code == libc::EDQUOT => {
+            return Err(BackupError::DestinationFull {
+                path: dest.to_path_buf(),
+                detail: format!(
+                    "{}: the {bytes} bytes of the copy's lock file, which its check makes, cannot be allocated: {}",
+                    shown.display(),
+                    io::Error::from_raw_os_error(code)
+                ),
+            })
+        }
+        // A filesystem without allocation: the check's open meets a full disk instead.
+        _ => {}
+    }
+    file.sync_all().map_err(io_at(&shown))?;
+    Ok(true)
 }
 
 /// Make `name` in `parent` with the mode of a directory whose metadata is `like`, and open it;
@@ -763,7 +839,8 @@ mod tests {
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         names.sort();
-        assert_eq!(names, [UNVERIFIED, "data.mdb", PLUGIN_STATE]);
+        // The lock file the check's open makes is in place already: its room is the copy's.
+        assert_eq!(names, [UNVERIFIED, "data.mdb", "lock.mdb", PLUGIN_STATE]);
         assert_eq!(
             fs::read_to_string(dest.join(UNVERIFIED)).unwrap(),
             UNVERIFIED_TEXT
@@ -776,11 +853,13 @@ mod tests {
             e.to_string(),
             format!("destination {} holds a backup that was never checked (its .unverified marker: the backup that wrote it was interrupted, or its copy failed the check); do not restore from it: remove the directory, then back up again", dest.display())
         );
-        // Killed before data.mdb was moved into place: an interrupted backup, as before.
+        // Killed before data.mdb was moved into place (the lock file's room already was): an
+        // interrupted backup, as before.
         let early = dir.path().join("early");
         fs::create_dir_all(early.join(PARTIAL)).unwrap();
         fs::create_dir_all(early.join(PLUGIN_STATE)).unwrap();
         fs::write(early.join(UNVERIFIED), UNVERIFIED_TEXT).unwrap();
+        fs::write(early.join(LOCK), "").unwrap();
         fs::set_permissions(&early, fs::Permissions::from_mode(0o700)).unwrap();
         assert!(matches!(
             prepare(&db, &early).unwrap_err(),

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use broker_core::store::{Store, StoreOptions};
+use broker_core::store::{Store, StoreError, StoreOptions};
 use broker_core::verify;
 use clap::Args;
 
@@ -68,6 +68,17 @@ pub fn run(a: BackupArgs) -> CliResult {
     // unchecked, which refused every later backup into DEST.
     let audit = match check_copy(&a.dest) {
         Ok(audit) => audit,
+        Err(Unchecked::DestinationFull(detail)) => {
+            let e = backup::BackupError::DestinationFull {
+                path: a.dest.clone(),
+                detail,
+            };
+            taken.discard(&a.dest);
+            return Err(Failure::fatal(format!(
+                "backup: {e}; nothing was left in {}",
+                a.dest.display()
+            )));
+        }
         Err(Unchecked::Failed(failure)) => {
             // What was copied, then why its check failed; the failure is the verb's answer
             // even where the report cannot be written.
@@ -103,6 +114,9 @@ pub fn run(a: BackupArgs) -> CliResult {
 
 /// Why the copy is not a checked backup.
 enum Unchecked {
+    /// Opening the copy met a full disk (the lock file it makes): the destination's, not a
+    /// copy that does not open.
+    DestinationFull(String),
     /// The copy does not open, or is inconsistent (exit 3).
     Failed(Failure),
 }
@@ -120,11 +134,12 @@ fn check_copy(dest: &Path) -> Result<verify::StoreAudit, Unchecked> {
     let (copy, _) = super::doctor::without_pending_warning(|| {
         broker_core::migrate::keeping_schema(|| Store::open(dest, options))
     });
-    let copy = copy.map_err(|e| {
-        Unchecked::Failed(Failure::integrity(format!(
+    let copy = copy.map_err(|e| match e {
+        StoreError::DiskFull(detail) => Unchecked::DestinationFull(detail),
+        e => Unchecked::Failed(Failure::integrity(format!(
             "backup: the copy in {} does not open: {e}",
             dest.display()
-        )))
+        ))),
     })?;
     let audit = verify::audit_store(&copy).map_err(|e| {
         Unchecked::Failed(Failure::integrity(format!(
