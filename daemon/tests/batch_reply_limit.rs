@@ -91,29 +91,6 @@ fn reply_bytes_stays_within_half_a_credentials_reply_share() {
     );
 }
 
-/// `GET path` with `token` on a connection with a small receive window, of which only the
-/// status line is read: the rest of the answer waits in the daemon, counted against the
-/// credential's share of the reply budget, until the stream is read or dropped.
-fn unread_get(d: &Daemon, path: &str, token: &str) -> (std::net::TcpStream, String) {
-    use std::io::{Read, Write};
-    let addr: std::net::SocketAddr = d.addr.parse().unwrap();
-    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    s.set_recv_buffer_size(4096).unwrap();
-    s.connect(&addr.into()).unwrap();
-    let mut s = std::net::TcpStream::from(s);
-    s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
-        .unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n",
-        d.addr
-    )
-    .unwrap();
-    let mut status = [0u8; 12];
-    s.read_exact(&mut status).unwrap();
-    (s, String::from_utf8_lossy(&status).into_owned())
-}
-
 /// A batch (or a single call) whose answer did not fit what its credential's other answers
 /// waiting unread left of its share was replaced by `503` after its calls ran: their units were
 /// spent and the agent learned nothing of what had run. It gets its answer in a withheld form
@@ -195,23 +172,7 @@ fn calls_whose_answer_finds_no_room_in_the_reply_share_are_answered_withheld_not
 
     // Under 2026-07-28 too, with that revision's status for the error.
     std::thread::sleep(std::time::Duration::from_millis(1100));
-    let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
-        "name": "ailang-read", "arguments": {"path": "big.txt"},
-        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                  "io.modelcontextprotocol/clientCapabilities": {}}}});
-    let a = request(
-        "POST",
-        &d.url("/mcp/"),
-        Some(&token),
-        &[
-            ("Content-Type", "application/json"),
-            ("Accept", "application/json, text/event-stream"),
-            ("MCP-Protocol-Version", "2026-07-28"),
-            ("Mcp-Method", "tools/call"),
-            ("Mcp-Name", "ailang-read"),
-        ],
-        Some(&serde_json::to_vec(&body).unwrap()),
-    );
+    let a = modern_tools_call(&d, &token, 9, "ailang-read", json!({"path": "big.txt"}));
     assert_eq!(a.status, 500, "{}", a.text());
     let v = a.json();
     assert_eq!(

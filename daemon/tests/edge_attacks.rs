@@ -1943,19 +1943,6 @@ fn an_oversized_request_head_is_answered_431_and_its_connection_closed() {
     assert_eq!(get(&d.url("/v1/health"), None).status, 200);
 }
 
-/// A connection whose receive buffer is 4 KiB before it connects: its advertised window
-/// stays small, so an answer it does not read waits on the daemon's side, as for a remote
-/// client that keeps its window shut (loopback would otherwise grow the buffer to megabytes).
-fn connect_small_window(d: &Daemon) -> TcpStream {
-    let addr: std::net::SocketAddr = d.addr.parse().unwrap();
-    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    s.set_recv_buffer_size(4096).unwrap();
-    s.connect(&addr.into()).unwrap();
-    let s = TcpStream::from(s);
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    s
-}
-
 #[test]
 fn a_client_that_stops_reading_its_answer_is_reset_at_the_send_deadline() {
     let (d, _c) = start_with(
@@ -2020,20 +2007,6 @@ fn drain(s: &mut TcpStream) -> (usize, bool) {
         (got, End::Reset) => (got.len(), true),
         (got, End::Failed(e)) => panic!("no reset and no end: {e} after {} bytes", got.len()),
     }
-}
-
-/// Send `GET path` with `token` on a small-window connection and read only the status line.
-fn unread_get(d: &Daemon, path: &str, token: &str) -> (TcpStream, String) {
-    let mut s = connect_small_window(d);
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n",
-        d.addr
-    )
-    .unwrap();
-    let mut status = [0u8; 12];
-    s.read_exact(&mut status).unwrap();
-    (s, String::from_utf8_lossy(&status).into_owned())
 }
 
 #[test]

@@ -99,23 +99,7 @@ fn a_denial_flood_in_one_mcp_batch_ends_in_the_capacity_error_and_other_episodes
     // Where the error carries a classification (MCP 2026-07-28), it is the refusal rate's own,
     // not retryable: the same call can only be refused or denied again. (It said `capacity`,
     // `retryable: true`, which told an agent to resend blindly what had no chance.)
-    let body = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {
-        "name": "ailang-read", "arguments": {"path": "x"},
-        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                  "io.modelcontextprotocol/clientCapabilities": {}}}});
-    let v = request(
-        "POST",
-        &d.url("/mcp/"),
-        Some(&flood),
-        &[
-            ("Content-Type", "application/json"),
-            ("Accept", "application/json, text/event-stream"),
-            ("MCP-Protocol-Version", "2026-07-28"),
-            ("Mcp-Method", "tools/call"),
-            ("Mcp-Name", "ailang-read"),
-        ],
-        Some(&serde_json::to_vec(&body).unwrap()),
-    );
+    let v = modern_tools_call(&d, &flood, 8, "ailang-read", json!({"path": "x"}));
     assert_eq!(
         (v.status, v.json()),
         (

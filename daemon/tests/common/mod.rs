@@ -1350,3 +1350,54 @@ pub fn have_strace() -> bool {
     );
     here
 }
+
+/// A connection whose receive buffer is 4 KiB before it connects: its advertised window
+/// stays small, so an answer it does not read waits on the daemon's side, as for a remote
+/// client that keeps its window shut (loopback would otherwise grow the buffer to megabytes).
+pub fn connect_small_window(d: &Daemon) -> std::net::TcpStream {
+    let addr: std::net::SocketAddr = d.addr.parse().unwrap();
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.set_recv_buffer_size(4096).unwrap();
+    s.connect(&addr.into()).unwrap();
+    let s = std::net::TcpStream::from(s);
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s
+}
+
+/// Send `GET path` with `token` on a small-window connection and read only the status line.
+pub fn unread_get(d: &Daemon, path: &str, token: &str) -> (std::net::TcpStream, String) {
+    use std::io::{Read, Write};
+    let mut s = connect_small_window(d);
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n",
+        d.addr
+    )
+    .unwrap();
+    let mut status = [0u8; 12];
+    s.read_exact(&mut status).unwrap();
+    (s, String::from_utf8_lossy(&status).into_owned())
+}
+
+/// MCP `tools/call` of `tool` with `arguments`, request id `id`, under 2026-07-28: its headers
+/// (`Mcp-Method`, `Mcp-Name`) and its `_meta` envelope. The answer is plain JSON, with the
+/// revision's status.
+pub fn modern_tools_call(d: &Daemon, token: &str, id: u64, tool: &str, arguments: Value) -> Answer {
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": tool, "arguments": arguments,
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": {}}}});
+    request(
+        "POST",
+        &d.url("/mcp/"),
+        Some(token),
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", "tools/call"),
+            ("Mcp-Name", tool),
+        ],
+        Some(&serde_json::to_vec(&body).unwrap()),
+    )
+}
