@@ -15,6 +15,19 @@ fn reply_bytes_trips(d: &Daemon) -> u64 {
         .map_or(0, |v| v.trim().parse().unwrap())
 }
 
+/// A 2025-03-26 batch of three `ailang-read`s of `big.txt` (ids 1 to 3): its replies, which
+/// must come as a 200.
+fn three_reads_of_big_txt(d: &Daemon, token: &str) -> Value {
+    let read = |id: u64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": "ailang-read", "arguments": {"path": "big.txt"}}})
+    };
+    let items = json!([read(1), read(2), read(3)]);
+    let a = mcp_text(d, token, "2025-03-26", &serde_json::to_vec(&items).unwrap());
+    assert_eq!(a.status, 200, "{}", a.text());
+    a.sse_json()
+}
+
 /// A batch whose replies reached the limit with its last request was counted as tripped
 /// although every item ran (a one-item batch; a call and a notification): an operator alerting
 /// on the metric saw trips where nothing was held back. Counted now once a batch, when a
@@ -71,19 +84,7 @@ fn reply_bytes_stays_within_half_a_credentials_reply_share() {
     let d = Daemon::start(&["worldd_workspace"], &["--config", path_str(&config)]);
     let token = d.session("ep1", &["Workspace.Read=worktree:10"]);
     std::fs::write(d.root().join("ep1/big.txt"), "x".repeat(150_000)).unwrap();
-    let read = |id: u64| {
-        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-               "params": {"name": "ailang-read", "arguments": {"path": "big.txt"}}})
-    };
-    let items = json!([read(1), read(2), read(3)]);
-    let a = mcp_text(
-        &d,
-        &token,
-        "2025-03-26",
-        &serde_json::to_vec(&items).unwrap(),
-    );
-    assert_eq!(a.status, 200, "{}", a.text());
-    let v = a.sse_json();
+    let v = three_reads_of_big_txt(&d, &token);
     assert!(v[1]["result"].is_object(), "{}", v[1]);
     assert_eq!(
         v[2],
@@ -121,19 +122,7 @@ fn calls_whose_answer_finds_no_room_in_the_reply_share_are_answered_withheld_not
     let (holder, status) = unread_get(&d, &format!("/v1/objects/{held}?payload=true"), &token);
     assert_eq!(status, "HTTP/1.1 200");
 
-    let read = |id: u64| {
-        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-               "params": {"name": "ailang-read", "arguments": {"path": "big.txt"}}})
-    };
-    let items = json!([read(1), read(2), read(3)]);
-    let a = mcp_text(
-        &d,
-        &token,
-        "2025-03-26",
-        &serde_json::to_vec(&items).unwrap(),
-    );
-    assert_eq!(a.status, 200, "{}", a.text());
-    let v = a.sse_json();
+    let v = three_reads_of_big_txt(&d, &token);
     for i in 0..2 {
         let error = &v[i]["error"];
         assert_eq!(v[i]["id"], json!(i + 1), "{v}");
