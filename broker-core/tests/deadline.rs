@@ -364,9 +364,14 @@ fn a_handler_whose_deadline_passed_during_its_intent_is_never_started_and_spends
     assert_eq!(revision(&store), before, "nothing was committed");
     assert_eq!(coordinator.overruns().total(), 0);
     assert_eq!(coordinator.overruns().running(), 0);
-    // Its task id stays used: sent again, it is told the same and runs nothing.
+    // Its task id stays used: sent again, it is told so (its own variant, which only a resend
+    // meets) and runs nothing.
     let again = coordinator.invoke(&write(&writer, "w1")).unwrap_err();
-    assert!(matches!(again, CallError::NotStarted), "{again:?}");
+    assert!(matches!(again, CallError::Withdrawn), "{again:?}");
+    assert_eq!(
+        again.to_string(),
+        "the first call with this key was withdrawn at its deadline: its handler was never started, nothing ran and nothing was spent; its key stays used: send it again under another key"
+    );
     assert!(entered.try_recv().is_err(), "the handler was started");
     assert_eq!(spent(&coordinator, &writer, "Workspace.Write"), 0);
 }
