@@ -92,6 +92,9 @@ fn reply_bytes_stays_within_half_a_credentials_reply_share() {
     );
 }
 
+/// What a withheld call's reply says.
+const WITHHELD_CALL: &str = "not sent: this call's reply was too large to hold while the reply budget has no room for it ([server] reply_budget_bytes, a quarter of it per credential); the call was answered and committed: `data` is its result's _meta (world/outcome says how it ended); read its output by world/outputRef (GET /v1/objects/REF?payload=true), or reconcile it by world/invocationId; sending it again with its idempotency key runs nothing twice";
+
 /// A batch (or a single call) whose answer did not fit what its credential's other answers
 /// waiting unread left of its share was replaced by `503` after its calls ran: their units were
 /// spent and the agent learned nothing of what had run. It gets its answer in a withheld form
@@ -127,11 +130,7 @@ fn calls_whose_answer_finds_no_room_in_the_reply_share_are_answered_withheld_not
         let error = &v[i]["error"];
         assert_eq!(v[i]["id"], json!(i + 1), "{v}");
         assert_eq!(error["code"], -32603, "{v}");
-        assert_eq!(
-            error["message"],
-            "not sent: this call ran, but its reply was too large to hold while other answers to this credential wait unread (a quarter of [server] reply_budget_bytes); `data` is its result's _meta: read its output by world/outputRef (GET /v1/objects/REF?payload=true), or reconcile it by world/invocationId; sending it again with its idempotency key runs nothing twice",
-            "{v}"
-        );
+        assert_eq!(error["message"], WITHHELD_CALL, "{v}");
         assert!(
             error["data"]["world/invocationId"]
                 .as_str()
@@ -155,7 +154,7 @@ fn calls_whose_answer_finds_no_room_in_the_reply_share_are_answered_withheld_not
         v["error"]["message"]
             .as_str()
             .unwrap()
-            .starts_with("not sent: this call ran"),
+            .starts_with("not sent: this call's reply was too large"),
         "{v}"
     );
 
@@ -182,4 +181,80 @@ fn calls_whose_answer_finds_no_room_in_the_reply_share_are_answered_withheld_not
     let object = got.json();
     assert_eq!(object["hash"], output.as_str());
     assert!(object["payload"].as_str().unwrap().len() > 150_000);
+}
+
+/// A withheld answer was counted against its credential's share like any other, and the share
+/// was what was full: a batch of 18 or more large replies (each stand-in about a kilobyte) got
+/// a bare `503` after its calls ran. And a short denied reply (about 1.2 KB, nothing ran) was
+/// replaced by a stand-in saying the call's reply was too large, its reason lost. A withheld
+/// answer is counted against the whole budget only, and replies up to 4 KiB are kept.
+#[test]
+fn a_large_withheld_batch_is_sent_and_keeps_its_short_replies_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("world.toml");
+    std::fs::write(
+        &config,
+        "[server]\nreply_budget_bytes = \"4MiB\"\nsend_buffer_bytes = 16384\nsend_timeout_ms = 30000\n",
+    )
+    .unwrap();
+    let d = Daemon::start(&["worldd_workspace"], &["--config", path_str(&config)]);
+    let token = d.session(
+        "ep1",
+        &["Workspace.Read=worktree:21", "Workspace.Write=worktree:5"],
+    );
+    std::fs::write(d.root().join("ep1/mid.txt"), "m".repeat(5_000)).unwrap();
+    // An answer of this credential's held unread, sized to leave about 2 KiB of its 1 MiB
+    // share: the batch runs (the share is not full), and neither its answer nor, counted
+    // against the share, its withheld form fits what is left.
+    let object = |n: usize| {
+        let args = json!({"path": "held.txt", "content": "z".repeat(n)});
+        let v = tools_call(&d, &token, "ailang-write", args.clone());
+        assert_eq!(v["result"]["structuredContent"]["ok"], true, "{v}");
+        let path = format!(
+            "/v1/objects/{}?payload=true",
+            broker_core::object::Ref::of_json(&args).unwrap()
+        );
+        let size = get(&d.url(&path), Some(&token)).body.len();
+        (path, size)
+    };
+    // KiB of the share an answer of `size` bytes takes (its first 16 KiB are not counted).
+    let kib = |size: usize| (size - 16 * 1024).div_ceil(1024);
+    let (_, size) = object(780_000);
+    let n = 780_000 + (1022 - kib(size)) * 1024 * 3 / 4;
+    let (path, size) = object(n);
+    assert!((1021..=1023).contains(&kib(size)), "{size}");
+    let (_holder, status) = unread_get(&d, &path, &token);
+    assert_eq!(status, "HTTP/1.1 200");
+
+    // 22 reads of a 5 KB file: 21 within the budget, the last denied.
+    let items: Vec<Value> = (1..=22)
+        .map(|id| {
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                   "params": {"name": "ailang-read", "arguments": {"path": "mid.txt"}}})
+        })
+        .collect();
+    let a = mcp_text(
+        &d,
+        &token,
+        "2025-03-26",
+        &serde_json::to_vec(&items).unwrap(),
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+    assert!(a.body.len() > 16 * 1024, "{}", a.body.len());
+    let v = a.sse_json();
+    for i in 0..21 {
+        assert_eq!(v[i]["error"]["message"], WITHHELD_CALL, "{}", v[i]);
+        assert_eq!(
+            v[i]["error"]["data"]["world/outcome"]["kind"], "ok",
+            "{}",
+            v[i]
+        );
+    }
+    let denied = &v[21];
+    assert_eq!(denied["id"], 22, "{denied}");
+    assert_eq!(denied["result"]["isError"], true, "{denied}");
+    assert_eq!(
+        denied["result"]["_meta"]["world/outcome"]["reason"], "denied:budget",
+        "{denied}"
+    );
 }

@@ -230,20 +230,16 @@ impl ReplyBudget {
         match self.take(client, peer, size) {
             Ok(counted) => Self::counted(answer, size, counted).await,
             Err(why) => match answer.extensions().get::<Withheld>().cloned() {
-                Some(withheld) => self.withheld(client, peer, answer, withheld).await,
+                Some(withheld) => self.withheld(answer, withheld).await,
                 None => busy(why),
             },
         }
     }
 
-    /// `answer`'s [`Withheld`] form in its place, counted as any answer is.
-    async fn withheld(
-        &self,
-        client: &Client,
-        peer: Option<IpAddr>,
-        answer: Response,
-        withheld: Withheld,
-    ) -> Response {
+    /// `answer`'s [`Withheld`] form in its place, counted against the whole budget only, not
+    /// the credential's share: it is small (64 replies of at most 4 KiB), its requests already
+    /// ran, and the share is what was full (a share with room refuses nothing).
+    async fn withheld(&self, answer: Response, withheld: Withheld) -> Response {
         let (mut parts, _) = answer.into_parts();
         parts.status = withheld.status;
         parts.headers.remove(axum::http::header::CONTENT_LENGTH);
@@ -253,9 +249,17 @@ impl ReplyBudget {
         if size <= UNCOUNTED_BYTES {
             return answer;
         }
-        match self.take(client, peer, size) {
-            Ok(counted) => Self::counted(answer, size, counted).await,
-            Err(why) => busy(why),
+        let kib = (size - UNCOUNTED_BYTES).div_ceil(KIB);
+        match self
+            .kib
+            .clone()
+            .try_acquire_many_owned(u32::try_from(kib).unwrap_or(u32::MAX))
+        {
+            Ok(permit) => Self::counted(answer, size, (permit, None, None)).await,
+            Err(_) => {
+                self.metrics.limit_tripped(Limit::ReplyBudget);
+                busy(BUSY_TEXT)
+            }
         }
     }
 
@@ -299,7 +303,7 @@ impl ReplyBudget {
             self.note_refused(client, kib);
             return Err(BUSY_TEXT);
         };
-        Ok((permit, held, from_peer))
+        Ok((permit, Some(held), from_peer))
     }
 
     /// `answer`, of `size` bytes, holding what was taken for it until it has been sent.
@@ -326,8 +330,13 @@ impl ReplyBudget {
     }
 }
 
-/// What an answer holds of the budget while it waits to be sent.
-type Taken = (OwnedSemaphorePermit, Held<Client>, Option<Held<IpAddr>>);
+/// What an answer holds of the budget while it waits to be sent: its KiB of the whole budget,
+/// of its credential's share (none for a withheld form), of its address's anonymous part.
+type Taken = (
+    OwnedSemaphorePermit,
+    Option<Held<Client>>,
+    Option<Held<IpAddr>>,
+);
 
 /// What to send in place of an answer the budget has no room for, when the requests it
 /// answers already ran (their units spent): an MCP answer with each reply too large to keep
