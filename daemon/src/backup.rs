@@ -237,7 +237,27 @@ pub fn take(store: &Store, db: &Path, dest: &Path, compact: bool) -> Result<Take
         }
         Err(e) => {
             undo(&target, dest, made, &wrote);
-            Err(e)
+            Err(e.full_in(dest))
+        }
+    }
+}
+
+impl BackupError {
+    /// A write into `dest` that found its filesystem full (`ENOSPC`, `EDQUOT`), wherever the
+    /// copy met it (the marker, a plugin's state file, a rename's directory entry), is the
+    /// destination full, said one way: it was said as a bare path error when the last block
+    /// went to the `.unverified` marker.
+    fn full_in(self, dest: &Path) -> BackupError {
+        match self {
+            BackupError::Io { path, source }
+                if matches!(source.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) =>
+            {
+                BackupError::DestinationFull {
+                    path: dest.to_path_buf(),
+                    detail: format!("{}: {source}", path.display()),
+                }
+            }
+            e => e,
         }
     }
 }

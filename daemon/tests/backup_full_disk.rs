@@ -168,3 +168,30 @@ fn a_backup_whose_report_cannot_be_written_still_checks_its_copy_and_says_so() {
         )
     );
 }
+
+/// A destination with room for the copy's `data.mdb` and `lock.mdb` and not a block more: the
+/// last block went to the `.unverified` marker, whose full disk was said as a bare path error
+/// (`DEST/.unverified: No space left on device`), not the destination full as documented. Any
+/// write into the destination that finds it full is said one way, exit 2, nothing left.
+#[test]
+fn a_destination_full_at_the_copys_marker_is_said_as_the_destination_full() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    store(&db);
+    let data = std::fs::metadata(db.join("data.mdb")).unwrap().len();
+    // The lock file's 65,664 bytes take 17 pages.
+    let Some(fs) = Tmpfs::mount(data + 17 * 4096) else {
+        eprintln!("*** not root: a backup onto a nearly full disk is not tried ***");
+        return;
+    };
+    let dest = fs.dir.path().join("dest");
+    let (code, out, err) = backup(&db, &dest, Stdio::piped());
+    assert_disk_full(code, &out, &err, &dest, fs.dir.path());
+    assert!(
+        err.contains(&format!(
+            "({}: No space left on device (os error 28));",
+            dest.join(".unverified").display()
+        )),
+        "{err}"
+    );
+}
