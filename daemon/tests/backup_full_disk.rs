@@ -35,15 +35,6 @@ fn backup(db: &Path, dest: &Path, stdout: Stdio) -> (i32, String, String) {
     )
 }
 
-fn names(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
-}
-
 /// Exit 2 in the documented disk-full shape, and nothing left on the destination's filesystem.
 fn assert_disk_full(code: i32, out: &str, err: &str, dest: &Path, mount: &Path) {
     assert_eq!((code, out), (2, ""), "{err}");
@@ -54,7 +45,7 @@ fn assert_disk_full(code: i32, out: &str, err: &str, dest: &Path, mount: &Path) 
         )) && err.ends_with(&format!("; nothing was left in {}\n", dest.display())),
         "{err}"
     );
-    assert_eq!(names(mount), Vec::<String>::new(), "{err}");
+    assert_eq!(names_in(mount), Vec::<String>::new(), "{err}");
 }
 
 /// A destination with room for the copy's `data.mdb` but not for the 65,664-byte `lock.mdb`
@@ -93,7 +84,7 @@ fn a_backup_whose_destination_fills_while_its_copy_is_checked_is_disk_full_and_l
         out.contains("✓ the copy opens and doctor's checks pass"),
         "{out}"
     );
-    assert_eq!(names(&dest), ["data.mdb", "lock.mdb"]);
+    assert_eq!(names_in(&dest), ["data.mdb", "lock.mdb"]);
 }
 
 /// The same full destination, from a store on a read-only filesystem that holds no `lock.mdb`
@@ -152,7 +143,7 @@ fn a_backup_whose_report_cannot_be_written_still_checks_its_copy_and_says_so() {
             .as_str()
         )
     );
-    assert_eq!(names(&dest), ["data.mdb", "lock.mdb"]);
+    assert_eq!(names_in(&dest), ["data.mdb", "lock.mdb"]);
     let (code, out, err) = worldd(&["doctor", "--db", path_str(&dest)], None);
     assert_eq!(code, 0, "{out}{err}");
     // Not refused as a backup never checked: an ordinary occupied destination.

@@ -92,6 +92,20 @@ fn reply_bytes_stays_within_half_a_credentials_reply_share() {
     );
 }
 
+/// A daemon whose credentials have a 1 MiB share of a 4 MiB reply budget (`reply_bytes`
+/// follows at 512 KiB), whose small send buffer leaves an answer read by nobody waiting in it.
+fn small_share_daemon() -> Daemon {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("world.toml");
+    std::fs::write(
+        &config,
+        "[server]\nreply_budget_bytes = \"4MiB\"\nsend_buffer_bytes = 16384\nsend_timeout_ms = 30000\n",
+    )
+    .unwrap();
+    // The file is read at start: the daemon needs it no longer.
+    Daemon::start(&["worldd_workspace"], &["--config", path_str(&config)])
+}
+
 /// What a withheld call's reply says.
 const WITHHELD_CALL: &str = "not sent: this call's reply was too large to hold while the reply budget has no room for it ([server] reply_budget_bytes, a quarter of it per credential); the call was answered and committed: `data` is its result's _meta (world/outcome says how it ended); read its output by world/outputRef (GET /v1/objects/REF?payload=true), or reconcile it by world/invocationId; sending it again with its idempotency key runs nothing twice";
 
@@ -102,15 +116,7 @@ const WITHHELD_CALL: &str = "not sent: this call's reply was too large to hold w
 /// `_meta` as `data`, by which the result is read once the other answers are.
 #[test]
 fn calls_whose_answer_finds_no_room_in_the_reply_share_are_answered_withheld_not_503() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("world.toml");
-    // A share of 1 MiB; reply_bytes follows at 512 KiB.
-    std::fs::write(
-        &config,
-        "[server]\nreply_budget_bytes = \"4MiB\"\nsend_buffer_bytes = 16384\nsend_timeout_ms = 30000\n",
-    )
-    .unwrap();
-    let d = Daemon::start(&["worldd_workspace"], &["--config", path_str(&config)]);
+    let d = small_share_daemon();
     let grants = [
         "Workspace.Read=worktree:100",
         "Workspace.Write=worktree:100",
@@ -190,14 +196,7 @@ fn calls_whose_answer_finds_no_room_in_the_reply_share_are_answered_withheld_not
 /// answer is counted against the whole budget only, and replies up to 4 KiB are kept.
 #[test]
 fn a_large_withheld_batch_is_sent_and_keeps_its_short_replies_whole() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("world.toml");
-    std::fs::write(
-        &config,
-        "[server]\nreply_budget_bytes = \"4MiB\"\nsend_buffer_bytes = 16384\nsend_timeout_ms = 30000\n",
-    )
-    .unwrap();
-    let d = Daemon::start(&["worldd_workspace"], &["--config", path_str(&config)]);
+    let d = small_share_daemon();
     let token = d.session(
         "ep1",
         &["Workspace.Read=worktree:21", "Workspace.Write=worktree:5"],

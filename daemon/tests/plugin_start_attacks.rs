@@ -356,6 +356,16 @@ fn with_companion(
     (dir, plugins)
 }
 
+/// `worldd handlers --plugin-dir PLUGINS`, which must succeed: what it lists.
+fn handlers_listing(plugins: &std::path::Path) -> String {
+    let (code, out, err) = worldd(
+        &["handlers", "--plugin-dir", plugins.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    out
+}
+
 /// A library whose RUNPATH is `$ORIGIN` and which needs a companion library shipped beside it
 /// could not load, and the loader's words (`libcompanion.so: cannot open shared object file`)
 /// gave no hint why: loaded through `/proc/self/fd/N`, its `$ORIGIN` is `/proc/self/fd`. The
@@ -368,11 +378,7 @@ fn a_library_needing_a_companion_through_origin_is_told_why_it_cannot_load() {
         &["-Wl,-rpath,$ORIGIN"],
         "libworldd_dep.so",
     );
-    let (code, out, err) = worldd(
-        &["handlers", "--plugin-dir", plugins.to_str().unwrap()],
-        None,
-    );
-    assert_eq!(code, 0, "{err}");
+    let out = handlers_listing(&plugins);
     assert!(
         out.contains(&format!(
             "\n{}/libworldd_dep.so\n  not loadable: cannot be opened: libcompanion.so: cannot open shared object file: No such file or directory (the library names $ORIGIN, as a RUNPATH or RPATH does: the daemon loads a sealed copy of it through /proc/self/fd/N, where $ORIGIN is /proc/self/fd, so a library beside it is not found; link it statically or install it where the system's loader looks: docs/handler-authors.md, Your plugin in provenance)\n",
@@ -403,11 +409,7 @@ fn a_library_holding_origin_only_as_text_is_not_told_its_origin_misleads() {
     );
     let library = std::fs::read(plugins.join("libworldd_text.so")).unwrap();
     assert!(library.windows(7).any(|w| w == b"$ORIGIN"));
-    let (code, out, err) = worldd(
-        &["handlers", "--plugin-dir", plugins.to_str().unwrap()],
-        None,
-    );
-    assert_eq!(code, 0, "{err}");
+    let out = handlers_listing(&plugins);
     assert!(
         out.contains(&format!(
             "\n{}/libworldd_text.so\n  not loadable: cannot be opened: libcompanion.so: cannot open shared object file: No such file or directory\n",

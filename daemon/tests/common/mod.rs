@@ -856,17 +856,19 @@ pub fn mcp(d: &Daemon, token: &str, method: &str, params: Value) -> Answer {
 /// POST `body` to `/mcp/` as it is (text a serializer would not write, such as an integer
 /// wider than 64 bits), under MCP revision `version`.
 pub fn mcp_text(d: &Daemon, token: &str, version: &str, body: &[u8]) -> Answer {
-    request(
-        "POST",
-        &d.url("/mcp/"),
-        Some(token),
-        &[
-            ("Content-Type", "application/json"),
-            ("Accept", "application/json, text/event-stream"),
-            ("MCP-Protocol-Version", version),
-        ],
-        Some(body),
-    )
+    mcp_post(d, token, version, &[], body)
+}
+
+/// POST `body` to `/mcp/` under revision `version`, with the `more` header fields after the
+/// ones every MCP POST carries.
+fn mcp_post(d: &Daemon, token: &str, version: &str, more: &[(&str, &str)], body: &[u8]) -> Answer {
+    let mut fields = vec![
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+        ("MCP-Protocol-Version", version),
+    ];
+    fields.extend_from_slice(more);
+    request("POST", &d.url("/mcp/"), Some(token), &fields, Some(body))
 }
 
 /// Run `worldd` with args; returns (exit code, stdout, stderr).
@@ -1387,17 +1389,11 @@ pub fn modern_tools_call(d: &Daemon, token: &str, id: u64, tool: &str, arguments
         "name": tool, "arguments": arguments,
         "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
                   "io.modelcontextprotocol/clientCapabilities": {}}}});
-    request(
-        "POST",
-        &d.url("/mcp/"),
-        Some(token),
-        &[
-            ("Content-Type", "application/json"),
-            ("Accept", "application/json, text/event-stream"),
-            ("MCP-Protocol-Version", "2026-07-28"),
-            ("Mcp-Method", "tools/call"),
-            ("Mcp-Name", tool),
-        ],
-        Some(&serde_json::to_vec(&body).unwrap()),
+    mcp_post(
+        d,
+        token,
+        "2026-07-28",
+        &[("Mcp-Method", "tools/call"), ("Mcp-Name", tool)],
+        &serde_json::to_vec(&body).unwrap(),
     )
 }
