@@ -474,6 +474,12 @@ impl Metrics {
         );
         counter(
             &mut out,
+            "worldd_commit_split_batches_total",
+            "Group commits that failed for room (a full disk, the store's ceiling) and whose operations were then committed one by one, so that only those that did not fit failed.",
+            &load(&stats.split_batches),
+        );
+        counter(
+            &mut out,
             "worldd_store_map_releases_total",
             "Times the store's map was released because file-backed resident memory grew by serve.store_resident_bytes.",
             &load(&stats.map_releases),

@@ -165,6 +165,101 @@ fn a_rebuilt_batch_raises_the_commit_signal_once_and_is_counted_once() {
     );
 }
 
+/// A tmpfs of `bytes` mounted on a temporary directory, unmounted on drop: a disk that fills.
+/// `None` where this process may not mount (not root).
+struct SmallDisk(tempfile::TempDir);
+
+impl SmallDisk {
+    fn mount(bytes: u64) -> Option<SmallDisk> {
+        let dir = tempfile::tempdir().ok()?;
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+            .arg(dir.path())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        mounted.then_some(SmallDisk(dir))
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.0.path())
+            .status();
+    }
+}
+
+/// One episode's large write that meets a full disk at its group commit fails alone: the
+/// small operations batched with it (other episodes' reads, whose effects ran) are committed
+/// one by one after the batch's commit failed for room, and only the large one holds the
+/// error.
+#[test]
+fn a_large_write_that_meets_a_full_disk_at_its_group_commit_does_not_fail_the_small_ones_batched_with_it(
+) {
+    const MIB: u64 = 1 << 20;
+    let Some(disk) = SmallDisk::mount(4 * MIB) else {
+        eprintln!("skipped: mounting a tmpfs needs root");
+        return;
+    };
+    // A ceiling far above the disk and no reserve: the filesystem is what runs out.
+    let store = Store::open(
+        &disk.0.path().join("db"),
+        StoreOptions {
+            ceiling: Some(64 * MIB),
+            reserve: Some(0),
+            create: true,
+            ..StoreOptions::default()
+        },
+    )
+    .unwrap();
+    // Another program takes all but 256 KiB of the disk.
+    {
+        use std::io::Write as _;
+        let free = crate::capacity::disk_free(disk.0.path()).unwrap();
+        let mut filler = std::fs::File::create(disk.0.path().join("filler")).unwrap();
+        let chunk = vec![7u8; 64 << 10];
+        let mut left = free.saturating_sub(256 << 10);
+        while left > 0 {
+            let n = left.min(chunk.len() as u64) as usize;
+            filler.write_all(&chunk[..n]).unwrap();
+            left -= n as u64;
+        }
+        filler.sync_all().unwrap();
+    }
+    let inner = &store.inner;
+    let objects = [
+        Object::new("world/test/v1", "t", b"a small read's entry".to_vec()),
+        Object::new("world/test/v1", "t", vec![1u8; MIB as usize]),
+        Object::new("world/test/v1", "t", b"another episode's read".to_vec()),
+        Object::new("world/test/v1", "t", b"a third".to_vec()),
+    ];
+    let refs: Vec<Ref> = objects.iter().map(|o| o.hash).collect();
+    let (mut batch, replies): (Vec<Job>, Vec<Reply>) = objects
+        .into_iter()
+        .map(|o| job(o, false, Arc::default(), inner.map_size))
+        .unzip();
+    let outcome = writer_of(inner).build_and_commit(&mut batch, Instant::now());
+    assert!(matches!(outcome, Ok(true)), "{outcome:?}");
+    for j in batch {
+        j.answer(None);
+    }
+    let results: Vec<Result<(), StoreError>> = replies.into_iter().map(Submitted::wait).collect();
+    let ok: Vec<bool> = results.iter().map(Result::is_ok).collect();
+    assert_eq!(ok, [true, false, true, true], "{results:?}");
+    assert!(
+        results[1].as_ref().unwrap_err().is_disk_full(),
+        "{results:?}"
+    );
+    let stored: Vec<bool> = refs
+        .iter()
+        .map(|r| store.read(|rd| rd.object(r)).unwrap().is_some())
+        .collect();
+    assert_eq!(stored, ok);
+    assert_eq!(store.stats().split_batches.load(Ordering::SeqCst), 1);
+}
+
 #[test]
 fn enospc_and_edquot_read_disk_full_other_io_errors_do_not() {
     let io = |code| heed::Error::Io(std::io::Error::from_raw_os_error(code));

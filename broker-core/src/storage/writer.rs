@@ -47,8 +47,11 @@ pub(super) trait Operation: Send {
     /// Run in a nested transaction of the batch's, so that a failure undoes only its writes;
     /// `true` when it succeeded.
     fn run_nested(&mut self, ctx: &mut WriteCtx<'_, '_>) -> bool;
-    /// The batch's transaction could not begin: fail without running.
+    /// The batch's transaction could not begin, or the operation's own commit failed: fail
+    /// with `err`.
     fn fail(&mut self, err: &StoreError);
+    /// Whether its last run succeeded (its writes are in the transaction it ran in).
+    fn succeeded(&self) -> bool;
     /// Answer the caller once the batch's commit is known.
     fn answer(self: Box<Self>, commit_error: Option<&StoreError>);
     /// The caller submits another operation right after this one and waits for that one, not
@@ -89,6 +92,10 @@ where
         self.result = Some(Err(E::from(err.clone())));
     }
 
+    fn succeeded(&self) -> bool {
+        matches!(self.result, Some(Ok(_)))
+    }
+
     fn answer(self: Box<Self>, commit_error: Option<&StoreError>) {
         let Write {
             op, result, reply, ..
@@ -126,6 +133,9 @@ pub struct WriterStats {
     /// Batches built a second time, each operation in a nested transaction, because one of
     /// them failed in the first.
     pub rebuilt_batches: AtomicU64,
+    /// Batches whose commit failed for room (a full disk, the map's ceiling) and whose
+    /// operations were then committed one by one ([`Writer::commit_each_alone`]).
+    pub split_batches: AtomicU64,
     /// Times the store's map was released because the process's file-backed resident memory
     /// had grown by the budget ([`super::Store::keep_resident_under`]).
     pub map_releases: AtomicU64,
@@ -370,8 +380,9 @@ impl Writer {
     /// one fails, its partial writes are in that transaction, so it is aborted and the batch is
     /// built again with every other operation in its own nested transaction (as if each had
     /// been alone), the failed one keeping its error. Operations before it run twice; none
-    /// runs more than twice. The map lock is held shared from each transaction's beginning to
-    /// its end, and the size gauge is read after the commit.
+    /// runs more than twice, unless the commit then fails for room
+    /// ([`Writer::commit_each_alone`]). The map lock is held shared from each transaction's
+    /// beginning to its end, and the size gauge is read after the commit.
     pub(super) fn build_and_commit(
         &self,
         batch: &mut [Job],
@@ -491,8 +502,75 @@ impl Writer {
         self.stats
             .commit_nanos
             .fetch_add(nanos(committed - built), Ordering::Relaxed);
-        outcome.map(|()| true)
+        match outcome {
+            Err(err) if is_room(&err) && batch.iter().filter(|j| j.succeeded()).count() > 1 => {
+                self.commit_each_alone(batch, err)
+            }
+            outcome => outcome.map(|()| true),
+        }
     }
+
+    /// A group commit that failed for room is made to fail by what its pages need, which is
+    /// mostly its largest operations': one episode's megabyte write at a full disk must not
+    /// take down the few-kilobyte reads of other episodes batched with it (their effects ran;
+    /// they would be answered unrecorded). So each operation that had succeeded is committed
+    /// again alone, in order: those that fit are committed, and only those that do not fit
+    /// hold the error. The pages the failed commit wrote past the file's old end stay
+    /// allocated to the file, so the small commits after it mostly need no new room. Operations
+    /// may run a third time here (straight, alone: nothing else is in their transaction).
+    /// `Ok(true)` when any committed (the others hold their own errors, answered as such);
+    /// otherwise the first commit's error, answered to all.
+    fn commit_each_alone(&self, batch: &mut [Job], first: StoreError) -> Result<bool, StoreError> {
+        let (env, dbs, map_size) = (&self.env, &self.dbs[..], self.map_size);
+        let state = &*self.state;
+        self.stats.split_batches.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(error = %first, operations = batch.len(), "a group commit failed for room: its operations are committed one by one, so that only those that do not fit fail");
+        let mut any = false;
+        for job in batch.iter_mut().filter(|job| job.succeeded()) {
+            let mut held = match self.begin() {
+                Ok(held) => held,
+                Err(err) => {
+                    job.fail(&err);
+                    continue;
+                }
+            };
+            let mut ctx = WriteCtx::new(&mut held.txn, dbs, state, env, map_size);
+            let ran = job.run(&mut ctx);
+            let appended = ctx.log_row();
+            let Held { txn, _shared } = held;
+            let ended = if !ran {
+                txn.abort();
+                Ended::Undone
+            } else {
+                match txn.commit().map_err(|e| self.map.write_error(e, map_size)) {
+                    Ok(()) => {
+                        if appended.is_some() {
+                            self.log_tip.set(appended);
+                        }
+                        any = true;
+                        Ended::Committed
+                    }
+                    Err(err) => {
+                        job.fail(&err);
+                        Ended::Undone
+                    }
+                }
+            };
+            drop(_shared);
+            (self.ended)(state, ended);
+        }
+        self.map.measure(env);
+        if any {
+            Ok(true)
+        } else {
+            Err(first)
+        }
+    }
+}
+
+/// A commit that failed for want of room, which a smaller commit may still find.
+fn is_room(e: &StoreError) -> bool {
+    matches!(e, StoreError::DiskFull(_) | StoreError::MapFull { .. })
 }
 
 /// Answer every operation of a finished batch.
