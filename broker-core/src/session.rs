@@ -571,6 +571,30 @@ pub fn revoke_episode(store: &Store, episode: &str) -> Result<Vec<String>, Sessi
     Ok(ids)
 }
 
+/// Delete every session expired at `now` (Unix seconds) and return them, in credential-id
+/// order. An expired credential authenticates nothing, but its record stays until it is
+/// revoked, and a store that mints a credential per run gathers them for good. Chosen and
+/// deleted in one transaction; a damaged record is left to `revoke` by its id.
+pub fn revoke_expired(store: &Store, now: i64) -> Result<Vec<Session>, SessionError> {
+    store.write(move |w| -> Result<Vec<Session>, SessionError> {
+        let mut expired = Vec::new();
+        for item in SESSIONS.raw().iter(&w.reader())? {
+            let (id, b) = item?;
+            let Ok(id) = std::str::from_utf8(id) else {
+                continue;
+            };
+            match decode(id, b) {
+                Ok(s) if !s.is_valid(now) => expired.push(s),
+                _ => {}
+            }
+        }
+        for s in &expired {
+            SESSIONS.delete(w, &s.credential_id)?;
+        }
+        Ok(expired)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

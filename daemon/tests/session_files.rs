@@ -185,6 +185,86 @@ fn session_revoke_given_the_credential_a_file_or_a_prefix_never_prints_the_secre
     assert!(sessions(&db).contains(&id));
 }
 
+/// An expired credential authenticates nothing, but its record stayed until revoked one by
+/// one: a store that mints a credential per agent run gathered them for good (567 bytes each,
+/// every one listed). `session revoke --expired` removes every expired record, and only those.
+#[test]
+fn expired_credentials_are_revoked_together_and_live_ones_are_kept() {
+    let d = Daemon::start(&["worldd_workspace"], &[]);
+    let db = d.db();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let (old, old_id) = {
+        let store = broker_core::store::Store::open(&db, Default::default()).unwrap();
+        let grants = vec!["Workspace.Read=worktree:1".parse().unwrap()];
+        // Minted two hours ago for one hour.
+        let minted = broker_core::session::mint(&store, "old", grants, 3600, now - 7200).unwrap();
+        (
+            minted.token.clone(),
+            broker_core::session::credential_id(&minted.token),
+        )
+    };
+    let live = d.session("live", &["Workspace.Read=worktree:1"]);
+    let expired = get(&d.url("/v1/budget"), Some(&old));
+    assert_eq!(expired.status, 401, "{}", expired.text());
+    let revoke = |args: &[&str]| {
+        let mut all = vec!["session", "revoke", "--db", path_str(&db)];
+        all.extend_from_slice(args);
+        worldd(&all, None)
+    };
+    // Its expiry as `session list` gives it.
+    let (code, listed, err) = worldd(&["session", "list", "--db", path_str(&db), "--json"], None);
+    assert_eq!(code, 0, "{err}");
+    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    let expiry = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["credentialId"] == old_id.as_str())
+        .map(|s| s["expiresAt"].as_str().unwrap().to_owned())
+        .unwrap();
+    let (code, out, err) = revoke(&["--expired"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        format!("revoked session credential {old_id} (episode old, expired {expiry})\n")
+    );
+    let listed = sessions(&db);
+    assert!(!listed.contains(&old_id), "{listed}");
+    assert!(
+        listed.contains(&broker_core::session::credential_id(&live)),
+        "{listed}"
+    );
+    assert_eq!(get(&d.url("/v1/budget"), Some(&live)).status, 200);
+    // The record is gone: the daemon no longer knows the credential.
+    let gone = get(&d.url("/v1/budget"), Some(&old));
+    assert_eq!(gone.status, 401);
+    assert!(
+        gone.text().contains("unknown session credential"),
+        "{}",
+        gone.text()
+    );
+    // None left: a periodic clean-up is told so, and succeeds.
+    let (code, out, err) = revoke(&["--expired"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        format!(
+            "no session credential in {} has expired; nothing was revoked\n",
+            db.display()
+        )
+    );
+    // One way at a time.
+    let (code, out, err) = revoke(&["--expired", "--episode", "live"]);
+    assert_eq!((code, out.as_str()), (1, ""));
+    assert_eq!(
+        err,
+        "worldd: give one of: a credential id, --episode EP, --expired\n"
+    );
+}
+
 /// A credential copied in upper case passed every shape check (the header, `--session` files,
 /// the workbench's form) and was then "unknown" everywhere, its holder told to mint a new one;
 /// `session revoke` of it refused while revoking its upper-case id worked. Hex is read without

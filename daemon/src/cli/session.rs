@@ -131,6 +131,9 @@ pub struct RevokeArgs {
     /// Revoke every credential of this episode.
     #[arg(long)]
     pub episode: Option<String>,
+    /// Revoke every credential that has expired (their records otherwise stay for good).
+    #[arg(long)]
+    pub expired: bool,
 }
 
 pub fn run(cmd: SessionCommand) -> CliResult {
@@ -1196,9 +1199,10 @@ fn session_json(s: &Session, now: i64) -> serde_json::Value {
 
 fn revoke(a: RevokeArgs) -> CliResult {
     let store = open_existing(&a.db.db)?;
-    match (a.credential_id, a.episode) {
-        (Some(given), None) => revoke_one(&store, &a.db.db, &given),
-        (None, Some(ep)) => {
+    match (a.credential_id, a.episode, a.expired) {
+        (Some(given), None, false) => revoke_one(&store, &a.db.db, &given),
+        (None, None, true) => revoke_expired(&store, &a.db.db),
+        (None, Some(ep), false) => {
             let ids =
                 session::revoke_episode(&store, &ep).map_err(|e| Failure::fatal(e.to_string()))?;
             if ids.is_empty() {
@@ -1213,9 +1217,31 @@ fn revoke(a: RevokeArgs) -> CliResult {
             Ok(())
         }
         _ => Err(Failure::usage(
-            "give a credential id or --episode EP (not both)",
+            "give one of: a credential id, --episode EP, --expired",
         )),
     }
+}
+
+/// Revoke every expired credential: none is not a failure (a periodic clean-up finds none
+/// most days).
+fn revoke_expired(store: &Store, db: &Path) -> CliResult {
+    let expired =
+        session::revoke_expired(store, now()).map_err(|e| Failure::fatal(e.to_string()))?;
+    if expired.is_empty() {
+        outln!(
+            "no session credential in {} has expired; nothing was revoked",
+            db.display()
+        );
+    }
+    for s in expired {
+        outln!(
+            "revoked session credential {} (episode {}, expired {})",
+            s.credential_id,
+            s.episode,
+            rfc3339(s.expires_at)
+        );
+    }
+    Ok(())
 }
 
 /// The fewest hex digits of an id's start that `revoke` answers with the whole id.
