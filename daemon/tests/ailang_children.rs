@@ -242,12 +242,12 @@ fn a_descendant_leaving_the_group_leaks_no_thread_or_descriptor_of_the_daemon() 
         after.0 <= before.0 && after.1 <= before.1,
         "(threads, descriptors) went from {before:?} to {after:?} after {CALLS} calls"
     );
-    let log = d.log();
-    assert_eq!(
-        log.matches("ailang run failed: its output pipes stayed open after its process group was killed (a descendant left the group)").count(),
-        CALLS,
-        "{log}"
-    );
+    // Each failure is logged before its answer, and read by the harness's thread after it may
+    // be: waited for, then counted with every line written so far read.
+    let said = "ailang run failed: its output pipes stayed open after its process group was killed (a descendant left the group)";
+    d.wait_for_log_count(said, CALLS);
+    let log = d.log_so_far();
+    assert_eq!(log.matches(said).count(), CALLS, "{log}");
 }
 
 /// A program that ignores SIGTERM runs until the time limit. The plugin's limit used to be
@@ -271,11 +271,11 @@ fn a_program_ignoring_sigterm_is_the_documented_failed_effect_every_time_not_a_h
             "call {i} after {took:?}: {v}"
         );
     }
-    let log = d.log();
-    assert_eq!(
-        log.matches("effect failed: broker: Ailang.Run failed: ailang run did not finish within the effect's time limit of 1125 ms; its process group was killed").count(),
-        CALLS,
-        "{log}"
-    );
+    // Each failure is logged before its answer, and read by the harness's thread after it may
+    // be: waited for, then counted with every line written so far read.
+    let said = "effect failed: broker: Ailang.Run failed: ailang run did not finish within the effect's time limit of 1125 ms; its process group was killed";
+    d.wait_for_log_count(said, CALLS);
+    let log = d.log_so_far();
+    assert_eq!(log.matches(said).count(), CALLS, "{log}");
     assert!(!log.contains("timed out"), "{log}");
 }

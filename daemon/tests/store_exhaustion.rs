@@ -194,12 +194,15 @@ fn megabyte_arguments_to_a_tool_that_refuses_them_cannot_fill_the_store_at_the_r
     );
     // Counted every one, but logged once: the caller paid nothing for them, and one line each
     // let a client write the operator's log as fast as it could send (66 KB/s from one loop).
-    let turned_away = d
-        .log()
+    // The call's line is logged before its answer, and read by the harness's thread after it
+    // may be: waited for, then counted with every line written so far read.
+    d.wait_for_log("outcome=refusal_rate");
+    let log = d.log_so_far();
+    let turned_away = log
         .lines()
         .filter(|l| l.contains("outcome=refusal_rate"))
         .count();
-    assert_eq!(turned_away, 1, "{}", d.log());
+    assert_eq!(turned_away, 1, "{log}");
     // Another credential's refusals, and its calls, go on.
     let theirs = mcp_call(&d, &other, "ailang-read", json!({"path": "x", "limit": 1})).sse_json();
     assert_eq!(theirs["result"]["structuredContent"]["ok"], false);

@@ -247,15 +247,44 @@ impl Daemon {
     /// Wait (at most 10 s) until the daemon's log contains `needle`: its stderr is read by a
     /// thread of its own, so a line written just before an answer may not be read yet.
     pub fn wait_for_log(&self, needle: &str) {
+        self.wait_for_log_where(&format!("{needle:?}"), |log| log.contains(needle));
+    }
+
+    /// Wait (at most 10 s) until the daemon's log holds `needle` at least `count` times (as
+    /// [`Daemon::wait_for_log`] waits for one); the log read then.
+    pub fn wait_for_log_count(&self, needle: &str, count: usize) -> String {
+        self.wait_for_log_where(&format!("{needle:?} {count} times"), |log| {
+            log.matches(needle).count() >= count
+        })
+    }
+
+    /// Wait (at most 10 s) until `done` holds of the daemon's log (`what` names it in the
+    /// failure); the log read then.
+    pub fn wait_for_log_where(&self, what: &str, done: impl Fn(&str) -> bool) -> String {
         let until = Instant::now() + Duration::from_secs(10);
-        while !self.log().contains(needle) {
+        loop {
+            let log = self.log();
+            if done(&log) {
+                return log;
+            }
             assert!(
                 Instant::now() < until,
-                "the daemon never logged {needle:?}; its log:\n{}",
-                self.log()
+                "the daemon never logged {what}; its log:\n{log}"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The daemon's log with every line it wrote before this call read. For a line that must
+    /// be absent: a log read at once may not hold yet a line written before an answer. The
+    /// daemon is sent SIGUSR1, which it says (and ignores) in a WARN line written after every
+    /// earlier one; the log is read once that line is. (Not for a daemon started with SIGUSR1
+    /// ignored or its log above WARN.)
+    pub fn log_so_far(&self) -> String {
+        const SAID: &str = "SIGUSR1 ignored: worldd does not reopen its log";
+        let before = self.log().matches(SAID).count();
+        self.signal(libc::SIGUSR1);
+        self.wait_for_log_count(SAID, before + 1)
     }
 
     /// Every line the daemon has written to stderr so far, then each as it comes; the
