@@ -176,5 +176,8 @@ fn an_output_conforming_to_prefix_items_and_items_is_served_as_structured_conten
         why.contains("(at /config/bad/2: a string where the outputSchema says integer)"),
         "{why}"
     );
+    // The second call's warning is logged before its answer and after anything the first
+    // call logged: once it is read, a line about /config/arr would have been too.
+    d.wait_for_log("mcp tools/call: the committed output does not conform to the tool's outputSchema (at /config/bad/2: a string where the outputSchema says integer); answered isError with the output as text, without structuredContent");
     assert!(!d.log().contains("/config/arr"), "{}", d.log());
 }

@@ -136,6 +136,9 @@ fn serve_refuses_the_remains_of_a_store_and_says_when_it_makes_a_new_one() {
     d.wait_for_log(&made);
     assert_eq!(d.log().matches(&made).count(), 1, "{}", d.log());
     let d = d.restart(WS, &[]);
+    // Written after the store is opened (where a new one is said): once it is read, that
+    // line would have been too.
+    d.wait_for_log("loaded plugin");
     assert!(!d.log().contains("made a new world store"), "{}", d.log());
     let dir = d.halt();
     let db = dir.path().join("db");
