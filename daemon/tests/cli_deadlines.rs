@@ -30,7 +30,8 @@ enum Play {
     LongLog,
 }
 
-/// A fake daemon on loopback. Every request head it reads is sent on the returned channel;
+/// A fake daemon on loopback. Every request head it reads is sent on the returned channel
+/// before it is answered (a test reads the channel once the client has its answers);
 /// connections stay open until the test ends.
 fn fake_daemon(play: Play) -> (String, mpsc::Receiver<String>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -43,11 +44,11 @@ fn fake_daemon(play: Play) -> (String, mpsc::Receiver<String>) {
             let Some(head) = request_head(&mut conn) else {
                 continue;
             };
-            answer(&mut conn, &head, play);
-            held.push(conn);
-            if tx.send(head).is_err() {
+            if tx.send(head.clone()).is_err() {
                 return;
             }
+            answer(&mut conn, &head, play);
+            held.push(conn);
         }
     });
     (addr, rx)
