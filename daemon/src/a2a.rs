@@ -32,8 +32,9 @@
 //! The handler [`a2a`] reads a request top to bottom; its steps live in modules named for
 //! what they hold: [`request`] (the credential, the body, the JSON-RPC envelope), [`version`]
 //! (the `A2A-Version` rules and the method table), [`params`] (a send's params checked),
-//! [`task`] (a task in each version's shape), [`tasks`] (tasks read back), [`errors`] (the
-//! JSON-RPC and A2A errors) and [`card`](mod@card) (the agent card).
+//! [`task`] (a task in each version's shape), [`tasks`] (tasks read back), [`withheld`] (a
+//! committed task's answer with its output left out, for when the reply budget has no room for
+//! it), [`errors`] (the JSON-RPC and A2A errors) and [`card`](mod@card) (the agent card).
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri};
@@ -61,6 +62,7 @@ mod request;
 mod task;
 mod tasks;
 mod version;
+mod withheld;
 
 pub use card::{card, Skill, CANNOT_RUN_TAG};
 

@@ -46,8 +46,7 @@ pub(super) fn success(
 ) -> Response {
     match committed_task(method, task_id, context_id, out, outcome) {
         // 1.0 answers a send with the task in `task` (a send may also answer a message).
-        Ok(task) if method == Method::SendMessage => rpc_result(id, SentTask { task }),
-        Ok(task) => rpc_result(id, task),
+        Ok(task) => super::withheld::committed(id, task, method == Method::SendMessage),
         Err(why) => rpc_error(id, -32603, why),
     }
 }
@@ -70,14 +69,14 @@ pub(super) fn committed_task<'a>(
     Ok(match method {
         Method::TasksSend => CommittedTask::Contract(ContractTask {
             artifacts: [ContractArtifact {
-                parts: [ContractPart { data, kind: "data" }],
+                parts: [ContractPart::Data { data, kind: "data" }],
             }],
             id: task_id,
             metadata,
             status,
         }),
         Method::MessageSend => CommittedTask::V03(Task03 {
-            artifacts: [Artifact::output(Part03 { data, kind: "data" })],
+            artifacts: [Artifact::output(Part03::Data { data, kind: "data" })],
             context_id,
             id: task_id,
             kind: "task",
@@ -85,7 +84,7 @@ pub(super) fn committed_task<'a>(
             status,
         }),
         Method::SendMessage => CommittedTask::V10(Task10 {
-            artifacts: [Artifact::output(Part10 {
+            artifacts: [Artifact::output(Part10::Data {
                 data,
                 media_type: "application/json",
             })],
@@ -109,10 +108,61 @@ pub(super) enum CommittedTask<'a> {
     V10(Task10<'a>),
 }
 
-/// 1.0's answer to a send: the task, in `task`.
+impl CommittedTask<'_> {
+    /// The bytes of the committed output its artifact carries (0 once withheld).
+    pub(super) fn output_bytes(&self) -> usize {
+        let data = match self {
+            CommittedTask::Contract(t) => match &t.artifacts[0].parts[0] {
+                ContractPart::Data { data, .. } => Some(data),
+                ContractPart::Text { .. } => None,
+            },
+            CommittedTask::V03(t) => match &t.artifacts[0].parts[0] {
+                Part03::Data { data, .. } => Some(data),
+                Part03::Text { .. } => None,
+            },
+            CommittedTask::V10(t) => match &t.artifacts[0].parts[0] {
+                Part10::Data { data, .. } => Some(data),
+                Part10::Text { .. } => None,
+            },
+        };
+        data.map_or(0, |d| d.get().len())
+    }
+
+    /// Its output left out, `text` in its place as a text part of its version
+    /// ([`super::withheld`]); all else (id, context, status, metadata) as it was.
+    pub(super) fn withhold_output(&mut self, text: &'static str) {
+        match self {
+            CommittedTask::Contract(t) => {
+                t.artifacts[0].parts[0] = ContractPart::Text { text, kind: "text" }
+            }
+            CommittedTask::V03(t) => t.artifacts[0].parts[0] = Part03::Text { kind: "text", text },
+            CommittedTask::V10(t) => {
+                t.artifacts[0].parts[0] = Part10::Text {
+                    media_type: "text/plain",
+                    text,
+                }
+            }
+        }
+    }
+
+    /// The JSON-RPC result that carries it: itself, or under 1.0's send (`sent`) `{"task": …}`.
+    pub(super) fn result(&self, sent: bool) -> Carried<'_, '_> {
+        if sent {
+            Carried::Sent { task: self }
+        } else {
+            Carried::Task(self)
+        }
+    }
+}
+
+/// A committed task as a JSON-RPC result carries it.
 #[derive(Serialize)]
-struct SentTask<'a> {
-    task: CommittedTask<'a>,
+#[serde(untagged)]
+pub(super) enum Carried<'t, 'a> {
+    /// Read back, or sent under 0.3 or the contract: the task itself.
+    Task(&'t CommittedTask<'a>),
+    /// 1.0's answer to a send: the task, in `task`.
+    Sent { task: &'t CommittedTask<'a> },
 }
 
 /// `{"artifacts": [{"parts": [{"data", "type": "data"}]}], "id", "metadata", "status"}`.
@@ -129,11 +179,21 @@ struct ContractArtifact<'a> {
     parts: [ContractPart<'a>; 1],
 }
 
+/// The contract's part: the output, or in a withheld answer the text in its place
+/// (`{"text", "type": "text"}`).
 #[derive(Serialize)]
-struct ContractPart<'a> {
-    data: &'a RawValue,
-    #[serde(rename = "type")]
-    kind: &'static str,
+#[serde(untagged)]
+enum ContractPart<'a> {
+    Data {
+        data: &'a RawValue,
+        #[serde(rename = "type")]
+        kind: &'static str,
+    },
+    Text {
+        text: &'static str,
+        #[serde(rename = "type")]
+        kind: &'static str,
+    },
 }
 
 /// `{"artifacts": [{"artifactId", "name", "parts": [{"data", "kind": "data"}]}], "contextId",
@@ -149,10 +209,19 @@ pub(super) struct Task03<'a> {
     status: Status,
 }
 
+/// 0.3's part: the output, or in a withheld answer the text in its place
+/// (`{"kind": "text", "text"}`).
 #[derive(Serialize)]
-struct Part03<'a> {
-    data: &'a RawValue,
-    kind: &'static str,
+#[serde(untagged)]
+enum Part03<'a> {
+    Data {
+        data: &'a RawValue,
+        kind: &'static str,
+    },
+    Text {
+        kind: &'static str,
+        text: &'static str,
+    },
 }
 
 /// `{"artifacts": [{"artifactId", "name", "parts": [{"data", "mediaType"}]}], "contextId",
@@ -167,11 +236,21 @@ pub(super) struct Task10<'a> {
     status: Status,
 }
 
+/// 1.0's part: the output, or in a withheld answer the text in its place
+/// (`{"mediaType": "text/plain", "text"}`).
 #[derive(Serialize)]
-struct Part10<'a> {
-    data: &'a RawValue,
-    #[serde(rename = "mediaType")]
-    media_type: &'static str,
+#[serde(untagged)]
+enum Part10<'a> {
+    Data {
+        data: &'a RawValue,
+        #[serde(rename = "mediaType")]
+        media_type: &'static str,
+    },
+    Text {
+        #[serde(rename = "mediaType")]
+        media_type: &'static str,
+        text: &'static str,
+    },
 }
 
 /// The one artifact of a 0.3 or 1.0 task, named `output`.
@@ -239,6 +318,15 @@ pub(super) fn rpc_result(id: &Value, result: impl Serialize) -> Response {
         result,
     };
     (StatusCode::OK, Json(body)).into_response()
+}
+
+/// The body of [`rpc_result`]'s answer.
+pub(super) fn rpc_result_json(id: &Value, result: impl Serialize) -> serde_json::Result<Vec<u8>> {
+    serde_json::to_vec(&RpcResult {
+        id,
+        jsonrpc: "2.0",
+        result,
+    })
 }
 
 /// `{"id", "jsonrpc": "2.0", "result"}`, in the order of their names.

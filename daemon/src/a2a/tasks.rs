@@ -82,7 +82,7 @@ pub(super) async fn answer(
         TaskView::Committed { output, .. } => {
             let outcome = outcome::of_output(output, class);
             return match committed_task(shape, &task_id, context_id, output, &outcome) {
-                Ok(task) => rpc_result(id, task),
+                Ok(task) => super::withheld::committed(id, task, false),
                 Err(answer) => rpc_error(id, -32603, answer),
             };
         }

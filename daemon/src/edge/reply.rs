@@ -7,8 +7,8 @@
 //! connections and read nothing would hold all of them at once. So an answer of known size
 //! takes its bytes from the budget before it is sent, and gives them back when the last of
 //! it has been handed over or its connection ends. When the budget is full the answer is
-//! replaced by `503` with `Retry-After`, and its memory is freed at once; or, for an MCP answer
-//! to requests that already ran, by its [`Withheld`] form, which says what ran. The first
+//! replaced by `503` with `Retry-After`, and its memory is freed at once; or, for an MCP or A2A
+//! answer to requests that already ran, by its [`Withheld`] form, which says what ran. The first
 //! [`UNCOUNTED_BYTES`] of each answer are not counted, so ordinary answers never wait or fail
 //! for it. Streams of unknown length (the log stream) are not counted: they are produced
 //! only as fast as their client reads.
@@ -340,8 +340,9 @@ type Taken = (
 
 /// What to send in place of an answer the budget has no room for, when the requests it
 /// answers already ran (their units spent): an MCP answer with each reply too large to keep
-/// replaced by an error that says it ran and where its result is
-/// ([`crate::mcp`]). A bare `503` told the agent nothing of what had run.
+/// replaced by an error that says it ran and where its result is ([`crate::mcp`]), or an A2A
+/// task with its output left out and a statement of the same in its place ([`crate::a2a`]).
+/// A bare `503` told the agent nothing of what had run.
 #[derive(Debug, Clone)]
 pub struct Withheld {
     /// Its status (the revision's status of the replacing error).
