@@ -199,7 +199,8 @@ pub fn outcome_label(result: &Result<CallOutput, CallError>) -> &'static str {
                 _ => "failed",
             },
         },
-        Err(CallError::EffectsUnrecorded { .. }) => "unrecorded",
+        // An effect ran and the call was not committed, its record stored or not.
+        Err(CallError::EffectsUnrecorded { .. } | CallError::EffectUnrecordable) => "unrecorded",
         Err(CallError::HandlerTimedOut) => "timed_out",
         // Nothing ran and no unit stays spent (refused before its intent, or withdrawn after
         // it), unlike `timed_out`.

@@ -189,7 +189,9 @@ pub fn of_failure(f: &InvokeFailure) -> Option<Outcome> {
             CallError::TaskIdReused => Outcome::key_conflict(),
             CallError::RefusalRate => Outcome::refusal_rate(),
             CallError::StoreFull(_) => Outcome::store_full(),
-            CallError::NotCommitted => Outcome::indeterminate("pending"),
+            CallError::NotCommitted | CallError::EffectUnrecordable => {
+                Outcome::indeterminate("pending")
+            }
             CallError::EffectsUnrecorded { .. } => Outcome::indeterminate("unrecorded"),
             CallError::HandlerTimedOut => Outcome::indeterminate("timeout"),
             CallError::NoTimeToStart

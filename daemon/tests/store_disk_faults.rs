@@ -125,7 +125,7 @@ fn a_store_whose_disk_turns_read_only_under_the_daemon_is_said_failing_and_docto
     let log = d.log();
     assert_eq!(log.matches(said).count(), 1, "{log}");
     assert!(
-        log.contains("new calls are answered as failed until a write succeeds, nothing run or spent for them (a call whose effect ran before its commit failed is answered unrecorded: reconcile it); health says store-failing meanwhile."),
+        log.contains("new calls are answered as failed until a write succeeds, nothing run or spent for them (a call whose effect ran before its commit failed is answered as not confirmed committed, its effect may have run: reconcile it); health says store-failing meanwhile."),
         "{log}"
     );
 

@@ -169,6 +169,14 @@ pub enum CallError {
     StoreFull(crate::capacity::Full),
     #[error("effects were requested but the invocation was not confirmed committed; effect records: {}", join_refs(.records))]
     EffectsUnrecorded { records: Vec<Ref> },
+    /// An effect ran, and then neither the call's commit nor its outcome and record on their
+    /// own could be stored (a disk turned read-only, a map the result does not fit). Its intent
+    /// stays open, so a resend and reconciliation say pending; no record is named, since none
+    /// was stored. Said as [`CallError::EffectsUnrecorded`] begins, so that an agent never
+    /// takes it for a call that did not run (the seed's "not committed; send a new task id"
+    /// would have it run a write twice).
+    #[error("effects were requested but the invocation was not confirmed committed, and its outcome could not be stored: the effect may have run; check what it changed before sending it again")]
+    EffectUnrecordable,
     /// The handler overran the call's deadline: its intent is journaled; its outcome and record
     /// are journaled when it returns, and the call is never committed to the log.
     #[error("the call's deadline ran out for its handler: it overran (its outcome is journaled when it returns and the call is not committed)")]

@@ -385,14 +385,14 @@ pub(super) fn settle_unrecorded(ids: &CallIds, written: Result<(), CallError>) -
 /// The caller's answer after a post-effect failure: [`CallError::EffectsUnrecorded`] naming
 /// `record` where the outcome and record were made durable on their own; where even that
 /// failed (a store whose disk turned read-only, a map the result does not fit), the intent
-/// stays open and the call is [`CallError::NotCommitted`], as a resend and reconciliation say
-/// too: a record never stored is not named.
+/// stays open and the call is [`CallError::EffectUnrecordable`]: a record never stored is not
+/// named, and the effect may have run.
 pub(super) fn unrecorded_error(written: bool, record: Ref) -> CallError {
     if written {
         CallError::EffectsUnrecorded {
             records: vec![record],
         }
     } else {
-        CallError::NotCommitted
+        CallError::EffectUnrecordable
     }
 }

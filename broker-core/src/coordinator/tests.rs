@@ -540,7 +540,8 @@ fn an_answer_under_the_limit_alone_but_over_it_with_its_world_block_is_a_recorde
 /// outcome and record on their own (here a map the output does not fit; a disk turned
 /// read-only does the same), was answered EffectsUnrecorded naming a record that was never
 /// stored: an agent told to read it found nothing, and its resend and reconciliation said
-/// pending. It is answered NotCommitted, as they say, and names no record.
+/// pending. It names no record, and says the effect may have run (not the resend's "not
+/// committed; send a new task id", which would have the agent run it again).
 #[test]
 fn an_outcome_the_store_cannot_take_after_a_failed_commit_names_no_record() {
     let dir = tempfile::tempdir().unwrap();
@@ -553,8 +554,15 @@ fn an_outcome_the_store_cannot_take_after_a_failed_commit_names_no_record() {
     let c = coordinator_on(store, HANDLER_DEADLINE, Arc::new(Hostile), None);
     let session = session_of(&c, "ep");
     let answer = c.invoke(&read_call(&session, "t1", "big-1000000"));
-    assert!(matches!(answer, Err(CallError::NotCommitted)), "{answer:?}");
-    // The resend says the same: the intent is open.
+    assert!(
+        matches!(answer, Err(CallError::EffectUnrecordable)),
+        "{answer:?}"
+    );
+    assert_eq!(
+        answer.unwrap_err().to_string(),
+        "effects were requested but the invocation was not confirmed committed, and its outcome could not be stored: the effect may have run; check what it changed before sending it again"
+    );
+    // The resend finds the intent open, as a crash leaves one.
     let again = c.invoke(&read_call(&session, "t1", "big-1000000"));
     assert!(matches!(again, Err(CallError::NotCommitted)), "{again:?}");
     // A call whose output fits is served as ever.

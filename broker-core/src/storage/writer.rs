@@ -177,7 +177,7 @@ impl FailingWrites {
             }
         } else if let Some(fault) = fault.filter(|e| is_disk_fault(e)) {
             if !self.failing.swap(true, Ordering::AcqRel) {
-                tracing::error!("the store's writes fail ({fault}): new calls are answered as failed until a write succeeds, nothing run or spent for them (a call whose effect ran before its commit failed is answered unrecorded: reconcile it); health says store-failing meanwhile. Check the disk (a full or thin-provisioned volume, a filesystem remounted read-only after an I/O error: see the kernel's log): make room, or copy the store off a disk turned read-only and check the copy with worldd doctor");
+                tracing::error!("the store's writes fail ({fault}): new calls are answered as failed until a write succeeds, nothing run or spent for them (a call whose effect ran before its commit failed is answered as not confirmed committed, its effect may have run: reconcile it); health says store-failing meanwhile. Check the disk (a full or thin-provisioned volume, a filesystem remounted read-only after an I/O error: see the kernel's log): make room, or copy the store off a disk turned read-only and check the copy with worldd doctor");
             }
         }
     }

@@ -267,4 +267,22 @@ mod tests {
             "{text}"
         );
     }
+
+    /// A call whose effect ran and whose outcome the store could not take was told "invocation
+    /// was not committed; send a new task id": an agent doing so ran its write twice. It is
+    /// told that the effect may have run, and counted `unrecorded`.
+    #[test]
+    fn an_effect_whose_outcome_could_not_be_stored_is_never_told_to_send_a_new_task_id() {
+        let (code, text) = error_text(InvokeFailure::Call(CallError::EffectUnrecordable));
+        assert_eq!(code, -32603);
+        assert_eq!(
+            text,
+            "effects were requested but the invocation was not confirmed committed, and its outcome could not be stored: the effect may have run; check what it changed before sending it again"
+        );
+        assert!(!text.contains("send a new task id"), "{text}");
+        assert_eq!(
+            crate::metrics::outcome_label(&Err(CallError::EffectUnrecordable)),
+            "unrecorded"
+        );
+    }
 }

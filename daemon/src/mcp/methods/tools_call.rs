@@ -318,6 +318,12 @@ async fn keyed_error(
             Outcome::indeterminate("pending"),
             None,
         ),
+        CallError::EffectUnrecordable => (
+            INTERNAL_ERROR,
+            format!("idempotency key {q}: an effect ran, but neither the call nor its outcome could be stored, so the effect may have run; {reconcile}"),
+            Outcome::indeterminate("pending"),
+            None,
+        ),
         CallError::EffectsUnrecorded { records } => (
             INTERNAL_ERROR,
             format!("idempotency key {q}: an effect ran but the call was not committed; {reconcile}"),
