@@ -196,8 +196,11 @@ fn search_paths(file: &std::fs::File) -> Option<Vec<Vec<u8>>> {
     }
     // DT_STRTAB is an address: the file offset is found through the segment that loads it.
     let strtab = strtab?;
+    // The segment's offset is the file's word too: a sum past 2^64 is no place in it.
     let strtab = loads.iter().find_map(|&(vaddr, offset, filesz)| {
-        (strtab >= vaddr && strtab - vaddr < filesz).then(|| strtab - vaddr + offset)
+        (strtab >= vaddr && strtab - vaddr < filesz)
+            .then_some(strtab - vaddr)
+            .and_then(|into| into.checked_add(offset))
     })?;
     at.into_iter()
         .map(|name| {
@@ -249,5 +252,40 @@ mod tests {
         for junk in [&b""[..], b"\x7fELF", b"$ORIGIN $ORIGIN", &[0xff; 200]] {
             assert_eq!(super::search_paths(&file_of(junk)), None);
         }
+    }
+
+    /// A loadable segment whose file offset is near 2^64: the string table's offset through it
+    /// would overflow (a panic in a build with overflow checks, a wrong read without): no
+    /// search path.
+    #[test]
+    fn a_segment_offset_that_overflows_names_no_search_path() {
+        let mut head = vec![0u8; 64];
+        head[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        head[32..40].copy_from_slice(&64u64.to_le_bytes());
+        head[54..56].copy_from_slice(&56u16.to_le_bytes());
+        head[56..58].copy_from_slice(&2u16.to_le_bytes());
+        let header = |kind: u32, offset: u64, vaddr: u64, filesz: u64| {
+            let mut ph = vec![0u8; 56];
+            ph[..4].copy_from_slice(&kind.to_le_bytes());
+            ph[8..16].copy_from_slice(&offset.to_le_bytes());
+            ph[16..24].copy_from_slice(&vaddr.to_le_bytes());
+            ph[32..40].copy_from_slice(&filesz.to_le_bytes());
+            ph
+        };
+        // The dynamic section right after the two headers: DT_STRTAB at address 16, one
+        // DT_RUNPATH; the one PT_LOAD maps address 0 from file offset 2^64 - 1.
+        let dynamic = [5u64, 16, 29, 0, 0, 0]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect::<Vec<u8>>();
+        let file = [
+            head,
+            header(2, 64 + 2 * 56, 0, dynamic.len() as u64),
+            header(1, u64::MAX, 0, 1 << 40),
+            dynamic,
+        ]
+        .concat();
+        assert_eq!(super::search_paths(&file_of(&file)), None);
+        assert!(!super::names_origin(&file_of(&file)));
     }
 }
