@@ -315,7 +315,6 @@ impl EffectRecord {
         Ok(m.string("scope", &self.scope).finish().into_bytes())
     }
 
-    /// The same record, naming the plugin that ran the effect.
     /// This record with nothing spent: an effect whose handler was never started (its call
     /// withdrawn at its deadline).
     pub fn not_spent(mut self) -> Self {
@@ -323,6 +322,7 @@ impl EffectRecord {
         self
     }
 
+    /// The same record, naming the plugin that ran the effect.
     pub fn ran_by(mut self, handler: Option<HandlerIdentity>) -> Self {
         self.handler = handler;
         self

@@ -218,14 +218,18 @@ impl LateCall {
             Ok(bytes) => {
                 let record_obj = Object::new(sid::EFFECT_RECORD, "host/broker", bytes);
                 let hash = record_obj.hash;
-                write_unrecorded(
+                // A failed write is logged by `write_unrecorded`, and leaves the intent open:
+                // it was not withdrawn, so this line would say what did not happen.
+                let written = write_unrecorded(
                     &self.store,
                     &self.ids,
                     OutcomeStatus::Withdrawn,
                     vec![record_obj],
                     hash,
                 );
-                tracing::warn!(invocation = %id, record = %hash, effect = %e, "the call's deadline passed before its handler could start; the handler was not started, the intent is journaled withdrawn with its units given back, and the call is not committed");
+                if written {
+                    tracing::warn!(invocation = %id, record = %hash, effect = %e, "the call's deadline passed before its handler could start; the handler was not started, the intent is journaled withdrawn with its units given back, and the call is not committed");
+                }
             }
             Err(err) => {
                 tracing::error!(invocation = %id, "withdrawn call not recorded: {err}")

@@ -198,8 +198,9 @@ pub(super) fn startup(stage: &str, detail: impl std::fmt::Display) -> Failure {
 const MIN_CEILING: u64 = 1 << 20;
 
 /// Below this reserve a call admitted near the ceiling may not fit: a call stores its
-/// arguments (at most 1 MiB) about three times, plus its outcome and entry.
-const MIN_RESERVE: u64 = 4 << 20;
+/// arguments (at most [`broker_core::coordinator::MAX_IO_BYTES`]) about three times, plus its
+/// outcome and entry.
+const MIN_RESERVE: u64 = 4 * broker_core::coordinator::MAX_IO_BYTES as u64;
 
 /// The config file, or what is wrong with it (each verb says it in its own words).
 fn read_config(path: &Option<PathBuf>) -> Result<ConfigFile, String> {
@@ -804,12 +805,13 @@ impl Settings {
         // ceiling: its effect runs and its commit meets a full map, unrecorded.
         if capacity.reserve < MIN_RESERVE {
             said.push(format!(
-                "the store reserve is {} bytes ({}), below the {MIN_RESERVE} bytes one large call can store (its arguments about three times): a write admitted near the ceiling may run and be left unrecorded; set --store-reserve 4MiB or more, under a larger --store-ceiling if need be",
+                "the store reserve is {} bytes ({}), below the {MIN_RESERVE} bytes one large call can store (its arguments about three times): a write admitted near the ceiling may run and be left unrecorded; set --store-reserve {}MiB or more, under a larger --store-ceiling if need be",
                 capacity.reserve,
                 match reserve {
                     Some(_) => "--store-reserve or [serve] store_reserve",
                     None => "its default, an eighth of the ceiling",
                 },
+                MIN_RESERVE >> 20,
             ));
         }
         let refusal_rate = RefusalRate::new(

@@ -218,7 +218,6 @@ pub(super) fn sse(write: impl FnOnce(&mut Vec<u8>) -> serde_json::Result<()>) ->
     }
 }
 
-/// [`sse`] for one reply.
 /// One SSE `message` event around the JSON `write` writes. The event is written in place
 /// around the JSON: no second copy of a reply that may carry a whole file twice.
 pub(super) fn event(
