@@ -73,6 +73,9 @@ use host::PluginHost;
 pub struct PluginError {
     pub path: String,
     pub cause: String,
+    /// The other library of a clash (a tool id or an effect two plugins take), which `path`
+    /// (the plugin directory) does not name: `worldd handlers` lists the problem under both.
+    pub clash_with: Option<PathBuf>,
 }
 
 impl PluginError {
@@ -83,6 +86,16 @@ impl PluginError {
         PluginError {
             path: one_line(&path.display().to_string()).into_owned(),
             cause: one_line(&cause.into()).into_owned(),
+            clash_with: None,
+        }
+    }
+
+    /// A clash between two libraries, said of the plugin directory `dir` (neither library is
+    /// more at fault), carrying the earlier one, `other`.
+    fn clash(dir: &Path, cause: impl Into<String>, other: &Path) -> PluginError {
+        PluginError {
+            clash_with: Some(other.to_path_buf()),
+            ..PluginError::new(dir, cause)
         }
     }
 }

@@ -33,16 +33,6 @@ pub struct Seen {
     claimed: HashMap<String, (String, PathBuf)>,
     /// What the shipped tools of the plugins before take of a registry revision.
     shipped_bytes: usize,
-    /// The earlier library of the last clash [`check`] refused (a tool id or an effect both
-    /// take): `worldd handlers` lists the problem under both plugins.
-    clashed_with: Option<PathBuf>,
-}
-
-impl Seen {
-    /// The other library of the clash the last [`check`] refused, if it refused one.
-    pub(super) fn take_clash(&mut self) -> Option<PathBuf> {
-        self.clashed_with.take()
-    }
 }
 
 /// Two plugins by name and file, in file-name order: which one was loaded second is no cause
@@ -108,8 +98,7 @@ pub fn check(
                 dialect::quote::quote(&t.id),
                 both((plugin, other), (name, &info.path))
             );
-            seen.clashed_with = Some(other.clone());
-            return Err(PluginError::new(&opts.dir, cause));
+            return Err(PluginError::clash(&opts.dir, cause, other));
         }
         seen.tools
             .insert(t.id.clone(), (name.clone(), info.path.clone()));
@@ -140,8 +129,7 @@ pub fn check(
                     e.name,
                     both((plugin, other), (name, &info.path))
                 );
-                seen.clashed_with = Some(other.clone());
-                return Err(PluginError::new(&opts.dir, cause));
+                return Err(PluginError::clash(&opts.dir, cause, other));
             }
         }
         for e in &info.manifest.effects {
@@ -477,6 +465,38 @@ mod tests {
             r#"plugin /plugins/libnotes.so: ships transition "notes-append" twice"#
         );
     }
+    /// A clash reached `worldd handlers` through a field of `Seen` set beside the error, which
+    /// `serve` never took: the error itself now carries the other library, and only a clash's.
+    #[test]
+    fn a_clash_refusal_carries_the_other_library_and_no_other_refusal_does() {
+        let opts = PluginOptions {
+            dir: PathBuf::from("/plugins"),
+            ..PluginOptions::default()
+        };
+        let other_effect = |m: &mut Value| {
+            let doc = m.to_string().replace("Notes.Append", "Other.Append");
+            *m = serde_json::from_str(&doc).unwrap();
+        };
+        let other_tool = |m: &mut Value| {
+            let doc = m.to_string().replace("notes-append", "other-append");
+            *m = serde_json::from_str(&doc).unwrap();
+        };
+        let second = |info: PluginInfo| {
+            let mut seen = Seen::default();
+            check(&plugin("liba.so", "notes", |_| {}), &opts, &mut seen).unwrap();
+            check(&info, &opts, &mut seen).unwrap_err()
+        };
+        let tool = second(plugin("libb.so", "other", other_effect));
+        assert_eq!(tool.path, "/plugins");
+        assert_eq!(tool.clash_with, Some(PathBuf::from("/plugins/liba.so")));
+        let effect = second(plugin("libb.so", "other", other_tool));
+        assert_eq!(effect.path, "/plugins");
+        assert_eq!(effect.clash_with, Some(PathBuf::from("/plugins/liba.so")));
+        let name = second(plugin("libb.so", "notes", |_| {}));
+        assert_eq!(name.path, "/plugins/libb.so");
+        assert_eq!(name.clash_with, None);
+    }
+
     /// The refusal named the library loaded second as the one at fault and the other as
     /// "already" there: a third party's plugin whose file sorted first made a shipped plugin
     /// look broken. Both are named alike, in file-name order, with what to do.
@@ -497,7 +517,7 @@ mod tests {
             let mut seen = Seen::default();
             check(&plugin("liba.so", "notes", |_| {}), &opts, &mut seen).unwrap();
             let e = check(&plugin("libb.so", "other", other_tool), &opts, &mut seen).unwrap_err();
-            assert_eq!(seen.take_clash(), Some(PathBuf::from("/plugins/liba.so")));
+            assert_eq!(e.clash_with, Some(PathBuf::from("/plugins/liba.so")));
             e.to_string()
         };
         let said = |leave_out: &str| {

@@ -42,10 +42,10 @@ pub fn report(opts: &PluginOptions) -> Result<String, PluginError> {
             continue;
         };
         if let Err(e) = check(info, opts, &mut seen) {
-            if let Some(other) = seen.take_clash() {
+            if let Some(other) = &e.clash_with {
                 let at = scanned
                     .iter()
-                    .position(|s| matches!(s, Scanned::Plugin(o, _) if o.path == other));
+                    .position(|s| matches!(s, Scanned::Plugin(o, _) if o.path == *other));
                 if let Some(at) = at {
                     problems[at].push(e.cause.clone());
                 }
