@@ -759,3 +759,48 @@ fn a_write_to_a_worktree_whose_filesystem_cannot_take_it_is_a_failed_effect_not_
         "{log}"
     );
 }
+
+/// One-shot verbs turned the store writer's whole log off to leave out the daemon's line for
+/// failing writes (of calls answered as failed and of health): every other line of the writer
+/// went with it. The writer now knows whether its process serves calls: `session mint` on a
+/// full disk prints its own line about the disk, and nothing of calls or health.
+#[test]
+fn a_one_shot_verb_on_a_full_disk_still_prints_the_store_writers_lines_without_the_daemons_words() {
+    let Some(fs) = Tmpfs::mount(4 << 20) else {
+        eprintln!("skipped: mounting a tmpfs needs root");
+        return;
+    };
+    let db = fs.dir.path().join("db");
+    drop(broker_core::store::Store::create(&db).unwrap());
+    fill_up(fs.dir.path());
+    // Pages freed by earlier commits may take a mint or two: the disk refuses one soon.
+    // Colourless: the terminal would have the level coloured.
+    let err = (0..20)
+        .map(|i| {
+            at_terminal(
+                &format!(
+                    "NO_COLOR=1 {WORLDD} session mint --db {} --episode ep{i} --grant Workspace.Read=worktree:1",
+                    db.display()
+                ),
+                b"y\n",
+            )
+        })
+        .find(|(code, _)| *code != 0)
+        .map(|(code, err)| {
+            assert_eq!(code, 2, "{err}");
+            err
+        })
+        .expect("a full disk refuses a mint");
+    assert!(
+        err.contains(
+            "WARN the store's writes fail (disk full: the store's filesystem has no space left ("
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("): check the disk (a full or thin-provisioned volume, a filesystem remounted read-only after an I/O error: see the kernel's log): make room, or copy the store off a disk turned read-only and check the copy with worldd doctor\r\n"),
+        "{err}"
+    );
+    assert!(!err.contains("new calls are answered"), "{err}");
+    assert!(!err.contains("health says"), "{err}");
+}

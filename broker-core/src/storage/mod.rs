@@ -563,6 +563,10 @@ pub struct StoreOptions {
     /// only for a store no other process can have reached, such as a backup's fresh copy
     /// checked by the process that wrote it.
     pub allow_network_filesystem: bool,
+    /// The process serves calls from this store (the daemon): the writer's line for writes
+    /// that start failing then tells what that does to calls and health. A verb run once has
+    /// neither, and says its own failure in its own line.
+    pub serves_calls: bool,
 }
 
 /// A handle to the store; cheap to clone and usable from any thread.
@@ -1178,7 +1182,7 @@ impl Store {
             (dbs, Some(meta))
         };
         let map = map_lock(&env, dir, at, limits, noted, opened);
-        Store::start(env, (dbs, meta), layout, dir, map_size, map, read_only)
+        Store::start(env, (dbs, meta), layout, dir, map_size, map, &options)
     }
 
     /// Start the writer thread over the opened tables and hand out the store.
@@ -1189,10 +1193,14 @@ impl Store {
         dir: &Path,
         map_size: usize,
         map: Arc<MapLock>,
-        read_only: bool,
+        options: &StoreOptions,
     ) -> Result<Store, StoreError> {
+        let read_only = options.read_only;
         let (sender, receiver) = mpsc::channel::<Job>();
-        let stats = Arc::new(WriterStats::default());
+        let stats = Arc::new(WriterStats {
+            failing: writer::FailingWrites::new(options.serves_calls),
+            ..WriterStats::default()
+        });
         let observer = ObserverSlot::default();
         map.measure(&env);
         let committed = Arc::new(CommitSignal::default());

@@ -160,9 +160,20 @@ pub struct WriterStats {
 #[derive(Debug, Default)]
 pub(crate) struct FailingWrites {
     failing: std::sync::atomic::AtomicBool,
+    /// The process serves calls from the store ([`super::StoreOptions::serves_calls`]): the
+    /// lines then say what failing writes do to calls and health. A verb run once has
+    /// neither, and its own error line says the failure: its lines speak of the disk alone.
+    serves_calls: bool,
 }
 
 impl FailingWrites {
+    pub(crate) fn new(serves_calls: bool) -> FailingWrites {
+        FailingWrites {
+            failing: Default::default(),
+            serves_calls,
+        }
+    }
+
     /// Whether the last batch's commit or sync failed for the disk.
     pub(crate) fn now(&self) -> bool {
         self.failing.load(Ordering::Acquire)
@@ -173,11 +184,19 @@ impl FailingWrites {
     pub(super) fn settled(&self, durable: bool, fault: Option<&StoreError>) {
         if durable {
             if self.failing.swap(false, Ordering::AcqRel) {
-                tracing::warn!("the store's writes succeed again: calls commit as before");
+                if self.serves_calls {
+                    tracing::warn!("the store's writes succeed again: calls commit as before");
+                } else {
+                    tracing::warn!("the store's writes succeed again");
+                }
             }
         } else if let Some(fault) = fault.filter(|e| is_disk_fault(e)) {
             if !self.failing.swap(true, Ordering::AcqRel) {
-                tracing::error!("the store's writes fail ({fault}): new calls are answered as failed until a write succeeds, nothing run or spent for them (a call whose effect ran before its commit failed is answered as not confirmed committed, its effect may have run: reconcile it); health says store-failing meanwhile. Check the disk (a full or thin-provisioned volume, a filesystem remounted read-only after an I/O error: see the kernel's log): make room, or copy the store off a disk turned read-only and check the copy with worldd doctor");
+                if self.serves_calls {
+                    tracing::error!("the store's writes fail ({fault}): new calls are answered as failed until a write succeeds, nothing run or spent for them (a call whose effect ran before its commit failed is answered as not confirmed committed, its effect may have run: reconcile it); health says store-failing meanwhile. Check the disk (a full or thin-provisioned volume, a filesystem remounted read-only after an I/O error: see the kernel's log): make room, or copy the store off a disk turned read-only and check the copy with worldd doctor");
+                } else {
+                    tracing::warn!("the store's writes fail ({fault}): check the disk (a full or thin-provisioned volume, a filesystem remounted read-only after an I/O error: see the kernel's log): make room, or copy the store off a disk turned read-only and check the copy with worldd doctor");
+                }
             }
         }
     }

@@ -313,13 +313,7 @@ fn init_tracing(daemon: bool) {
     // Before anything else: descriptors 0-2 kept (a closed one opened on /dev/null), a private
     // copy of stderr for the log, SIGCHLD and SIGPIPE as the daemon needs them.
     crate::process_state::settle();
-    // A one-shot verb says its store's failure in its own one line: the store writer's lines
-    // speak of calls and health, a daemon's.
-    let default = if daemon {
-        "info"
-    } else {
-        "warn,broker_core::storage::writer=off"
-    };
+    let default = if daemon { "info" } else { "warn" };
     let (filter, complaint) = log_filter(std::env::var("WORLDD_LOG").ok(), default);
     // Said on stderr itself: the filter may let no warning through.
     if let Some(complaint) = complaint {

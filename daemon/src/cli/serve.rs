@@ -964,6 +964,7 @@ fn open_store(settings: &Settings, fresh: &mut Fresh) -> Result<Store, Failure> 
             ceiling: Some(settings.ceiling),
             reserve: settings.reserve,
             create: true,
+            serves_calls: true,
             ..StoreOptions::default()
         },
     )
