@@ -16,7 +16,8 @@
 //!                 "effects":[{"effect":"Git.Commit","class":"write"}]}],
 //!  "tools":[{"name":"ailang-read","effects":["Workspace.Read"],"canRun":true},
 //!           {"name":"ailang-run","effects":["Ailang.Run"],"canRun":false,
-//!            "reason":"transition declares an effect this daemon has no handler for (Ailang.Run)"}]}
+//!            "reason":"transition declares an effect this daemon has no handler for (Ailang.Run)",
+//!            "plugin":"ailang"}]}
 //! ```
 //!
 //! An operator credential gets each `path` as the absolute path it was loaded from; an agent's
@@ -196,12 +197,19 @@ async fn handlers(
                     effects.push(&e.effect);
                 }
             }
-            match runnable(&state, &session, t).reason() {
+            let mut tool = match runnable(&state, &session, t).reason() {
                 None => json!({"name": t.id, "effects": effects, "canRun": true}),
                 Some(reason) => {
                     json!({"name": t.id, "effects": effects, "canRun": false, "reason": reason})
                 }
+            };
+            // The plugin that ships the tool, when it is not started here (declined, or left
+            // out by the selection): a client names it from this field, not from the reason's
+            // words, which are for people and may change.
+            if let Some(plugin) = state.coordinator().handlers().not_running(&t.id) {
+                tool["plugin"] = plugin.into();
             }
+            tool
         })
         .collect();
     let catalog = state.catalog();

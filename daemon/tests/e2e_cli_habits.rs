@@ -93,7 +93,7 @@ fn handlers_route_lists_the_plugins_and_says_why_a_tool_cannot_run() {
     assert_eq!(
         *find("ailang-run"),
         &json!({"name": "ailang-run", "effects": ["Ailang.Run", "Ailang.RunEnv", "Ailang.RunNet"],
-                "canRun": false, "reason": R8_RUN})
+                "canRun": false, "reason": R8_RUN, "plugin": "ailang"})
     );
     // Only the session's tools: no Workspace.Write grant, no ailang-write.
     assert!(tools.iter().all(|t| t["name"] != "ailang-write"), "{v}");
@@ -113,6 +113,13 @@ fn a_tool_of_a_plugin_left_out_by_the_selection_says_so() {
     assert_eq!(v["declined"], json!([]), "{v}");
     assert_eq!(v["unselected"].as_array().unwrap().len(), 1, "{v}");
     assert_eq!(v["unselected"][0]["name"], "ailang", "{v}");
+    let run = v["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "ailang-run")
+        .unwrap();
+    assert_eq!(run["plugin"], "ailang", "{v}");
     let session = d.session_file("demo", &token);
     let (code, _, err) = worldd(
         &[

@@ -543,8 +543,27 @@ fn a_left_out_plugins_tool_never_runs_through_another_plugins_effect() {
     assert_eq!(
         tool,
         json!({"name": "misfit-steal", "effects": ["Workspace.Read"], "canRun": false,
-               "reason": "transition declares an effect this daemon has no handler for (its plugin misfit is not started here)"})
+               "reason": "transition declares an effect this daemon has no handler for (its plugin misfit is not started here)",
+               "plugin": "misfit"})
     );
+    // `worldd call` and `tools list` name the plugin from the `plugin` field: every effect
+    // the tool declares is served, so no missing effect points at it.
+    let session = d.session_file("ep1", &token);
+    let client = ["--addr", &d.addr, "--session", path_str(&session)];
+    let left_out = "plugin misfit is not selected here: --handler or [serve] handlers leave it out";
+    let (code, _, err) = worldd(
+        &[
+            &["call", "misfit-steal", "--arg", "path=notes.txt"][..],
+            &client,
+        ]
+        .concat(),
+        None,
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains(&format!("\n  {left_out}")), "{err}");
+    let (code, out, err) = worldd(&[&["tools", "list"][..], &client].concat(), None);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.lines().any(|l| l == left_out), "{out}");
     // The workspace plugin's own tool still runs.
     let v = a2a(
         &d,

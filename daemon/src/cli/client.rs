@@ -782,10 +782,11 @@ fn cannot_run(report: &Value) -> BTreeMap<String, String> {
 
 /// One line per plugin that declined to start (in its own words) or is left out by the
 /// selection, of those that bear on one of the tools `stuck` (ids the report says cannot run):
-/// a plugin declaring an effect such a tool needs and no loaded plugin serves, or named as
-/// the tool's own plugin that is not started here. Every other plugin is left out: a git
-/// plugin without an author has nothing to do with `ailang-run`, and naming it as a cause sent
-/// a newcomer to configure it. A daemon whose report lists no plugin's effects gets every line.
+/// a plugin declaring an effect such a tool needs and no loaded plugin serves, or named by
+/// such a tool's `plugin` field as its own plugin, not started here (a field, not the reason's
+/// words, which may be reworded). Every other plugin is left out: a git plugin without an
+/// author has nothing to do with `ailang-run`, and naming it as a cause sent a newcomer to
+/// configure it. A daemon whose report lists no plugin's effects gets every line.
 fn declined_lines(report: &Value, stuck: &[&str]) -> Vec<String> {
     let names = |v: &Value| -> Vec<String> {
         v.as_array()
@@ -817,11 +818,7 @@ fn declined_lines(report: &Value, stuck: &[&str]) -> Vec<String> {
         };
         let name = p["name"].as_str().unwrap_or("");
         names(declares).iter().any(|e| missing.contains(e))
-            || tools.iter().any(|t| {
-                t["reason"].as_str().is_some_and(|r| {
-                    r.ends_with(&format!("(its plugin {name} is not started here)"))
-                })
-            })
+            || tools.iter().any(|t| t["plugin"].as_str() == Some(name))
     };
     let list = |key: &str| {
         report[key]
@@ -1322,5 +1319,47 @@ pub fn publish(a: PublishArgs) -> CliResult {
                 .as_str()
                 .unwrap_or("the Registry.Publish effect did not succeed")
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tool's own plugin was found by matching the end of the reason's English text: a
+    /// rewording dropped the "not selected" line. It is read from the tool's `plugin` field.
+    #[test]
+    fn a_tools_own_plugin_is_named_from_its_plugin_field_whatever_the_reason_says() {
+        let report = |reason: &str| {
+            json!({
+                "plugins": [{"name": "workspace", "effects": [{"effect": "Workspace.Read", "class": "read"}]}],
+                "declined": [],
+                "unselected": [
+                    {"name": "misfit", "effects": [{"effect": "Misfit.Do", "class": "read"}]},
+                    {"name": "git", "effects": [{"effect": "Git.Commit", "class": "write"}]}
+                ],
+                "tools": [{"name": "misfit-steal", "effects": ["Workspace.Read"], "canRun": false,
+                           "reason": reason, "plugin": "misfit"}]
+            })
+        };
+        let line = "plugin misfit is not selected here: --handler or [serve] handlers leave it out";
+        for reason in [
+            "transition declares an effect this daemon has no handler for (its plugin misfit is not started here)",
+            "transition declares an effect this daemon has no handler for (plugin misfit: not running)",
+        ] {
+            assert_eq!(
+                declined_lines(&report(reason), &["misfit-steal"]),
+                vec![line.to_owned()]
+            );
+        }
+        // Without the field, the reason's words name no plugin.
+        let mut bare = report(
+            "transition declares an effect this daemon has no handler for (its plugin misfit is not started here)",
+        );
+        bare["tools"][0].as_object_mut().unwrap().remove("plugin");
+        assert_eq!(
+            declined_lines(&bare, &["misfit-steal"]),
+            Vec::<String>::new()
+        );
     }
 }
