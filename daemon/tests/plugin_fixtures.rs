@@ -693,3 +693,81 @@ fn a_grant_at_a_scope_no_published_tool_uses_is_said_and_no_worktree_is_asked_fo
     assert_eq!(code, 0, "{shown}");
     assert!(!shown.contains("warning"), "{shown}");
 }
+
+/// A grant for an effect a tool declares besides its access, at the scope it declares it
+/// (`Echo.Panic=worktree` where echo-say's access is `Echo.Say` at `any` and it declares
+/// `Echo.Panic` at `worktree` too): `session mint` looked only at each tool's access, found
+/// echo-panic using `Echo.Panic` at `any`, and said the grant gave the tools nothing; it then
+/// left the grant out of those needing a worktree, so the missing worktree went unsaid. Every
+/// declared effect counts now: nothing is said of the grant, and the worktree is asked for.
+#[test]
+fn a_grant_for_an_effect_a_tool_declares_besides_its_access_is_not_said_to_give_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let root = dir.path().join("wt");
+    std::fs::create_dir(&root).unwrap();
+    let store = broker_core::store::Store::create(&db).unwrap();
+    let doc = |name: &str| -> Value {
+        let path = repo_root().join(format!(
+            "tests/fixtures/echo-plugin/transitions/{name}.json"
+        ));
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    };
+    // echo-say asks for Echo.Panic at worktree when told to panic, as ailang-run asks for
+    // Ailang.RunEnv beside its access Ailang.Run.
+    let mut say = doc("echo-say");
+    say["declaredEffects"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"effect": "Echo.Panic", "scope": "worktree", "cost": 1}));
+    say["inputSchema"]["properties"]["panic"] = json!({"type": "string"});
+    say["plan"]["arguments"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "panic", "type": "string"}));
+    say["plan"]["effect"]["cases"] = json!([{
+        "when": [{"argument": "panic", "present": true}],
+        "effect": "Echo.Panic",
+        "scope": "worktree"
+    }]);
+    let docs = [say, doc("echo-panic")]
+        .into_iter()
+        .map(|d| broker_core::transition::Transition::from_value(d).unwrap())
+        .collect();
+    broker_core::registry::publish(
+        &store,
+        broker_core::registry::DEFAULT_REGISTRY,
+        docs,
+        "publisher",
+    )
+    .unwrap();
+    drop(store);
+    let mint = |grant: &str| {
+        transcript::run_on_terminal(
+            &format!(
+                "{WORLDD} session mint --db {} --workspace-root {} --episode ep9 --grant {grant} --out {grant}.session",
+                path_str(&db),
+                path_str(&root)
+            ),
+            dir.path(),
+            &[],
+        )
+    };
+    let (code, shown) = mint("Echo.Panic=worktree:5");
+    assert_eq!(code, 0, "{shown}");
+    assert!(!shown.contains("gives them nothing"), "{shown}");
+    assert!(
+        shown.contains(&format!(
+            "worldd session: warning: episode ep9 has no worktree {}/ep9: every call of this credential is refused until it exists; `worldd session new ep9` creates one, or pass --workspace-root with the daemon's root if it serves another\n",
+            root.display()
+        )),
+        "{shown}"
+    );
+    // A scope no tool declares the effect at is still said.
+    let (code, shown) = mint("Echo.Panic=log:5");
+    assert_eq!(code, 0, "{shown}");
+    assert!(
+        shown.contains("worldd session: warning: --grant Echo.Panic=log:5: no published tool uses Echo.Panic at scope log; its tools use any, worktree (a scope is the label a tool declares, not a place), so this grant gives them nothing (answer n to stop here)\n"),
+        "{shown}"
+    );
+}

@@ -638,9 +638,14 @@ impl<'a> Minting<'a> {
             .iter()
             .filter(|g| shipped_scope(&g.effect).is_none())
         {
+            // A tool's plan may ask for any effect it declares, not only its access
+            // (ailang-run asks for Ailang.RunEnv beside Ailang.Run): a grant for one of them
+            // at a scope declared there is used.
             let scopes: std::collections::BTreeSet<&str> = registry
                 .entries()
-                .map(|e| &e.transition.access)
+                .flat_map(|e| {
+                    std::iter::once(&e.transition.access).chain(&e.transition.declared_effects)
+                })
                 .filter(|a| a.effect == g.effect)
                 .map(|a| a.scope.as_str())
                 .collect();
