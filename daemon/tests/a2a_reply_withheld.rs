@@ -169,13 +169,16 @@ fn a2a_tasks_whose_answer_finds_no_room_in_the_reply_share_are_answered_withheld
     assert_eq!(part["kind"], "data", "{v}");
     assert!(part["data"].is_object(), "{v}");
 
-    // Once the held answer is gone, the output is read by its ref.
+    // Once the held answer is gone (the daemon frees its share when it sees the connection
+    // close), the output is read by its ref.
     drop(holder);
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    let got = get(
-        &d.url(&format!("/v1/objects/{output}?payload=true")),
-        Some(&token),
-    );
+    let got = until("the held answer's share to be freed", || {
+        let got = get(
+            &d.url(&format!("/v1/objects/{output}?payload=true")),
+            Some(&token),
+        );
+        (got.status != 503).then_some(got)
+    });
     assert_eq!(got.status, 200, "{}", got.text());
     let object = got.json();
     assert_eq!(object["hash"], output.as_str());

@@ -176,13 +176,16 @@ fn calls_whose_answer_finds_no_room_in_the_reply_share_are_answered_withheld_not
     );
     assert!(v["error"]["data"]["world/invocationId"].is_string(), "{v}");
 
-    // Once the held answer is gone, the result is read by its output ref.
+    // Once the held answer is gone (the daemon frees its share when it sees the connection
+    // close), the result is read by its output ref.
     drop(holder);
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    let got = get(
-        &d.url(&format!("/v1/objects/{output}?payload=true")),
-        Some(&token),
-    );
+    let got = until("the held answer's share to be freed", || {
+        let got = get(
+            &d.url(&format!("/v1/objects/{output}?payload=true")),
+            Some(&token),
+        );
+        (got.status != 503).then_some(got)
+    });
     assert_eq!(got.status, 200, "{}", got.text());
     let object = got.json();
     assert_eq!(object["hash"], output.as_str());

@@ -1426,3 +1426,18 @@ pub fn modern_tools_call(d: &Daemon, token: &str, id: u64, tool: &str, arguments
         &serde_json::to_vec(&body).unwrap(),
     )
 }
+
+/// Try `attempt` every 20 ms until it gives a value, at most 10 s (`what` names what is waited
+/// for in the failure); that value. For what the daemon does once it has seen something
+/// happen (a connection closed, its share of the reply budget freed), which a loaded machine
+/// may take longer to see than any fixed sleep.
+pub fn until<T>(what: &str, mut attempt: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(done) = attempt() {
+            return done;
+        }
+        assert!(Instant::now() < deadline, "waited 10 s for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
