@@ -66,6 +66,8 @@
 //! callback timed out` envelope; so is a call left less than 1 s of it to run its handler
 //! ([`broker_core::coordinator::MIN_HANDLER_TIME`]), which journals and spends nothing.
 
+use std::ops::Range;
+
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -354,42 +356,41 @@ async fn serve_batch(ctx: &Ctx<'_>, version: &'static str, items: Vec<Value>) ->
         None => transport::accepted(),
         // Only responses and notifications, and some refused: MCP 2025-03-26's transport
         // MUST answer such input with an HTTP error status.
-        Some(Ok((json, _))) if !requests => transport::bad_responses(json),
-        Some(Ok((json, withheld))) => {
+        Some(Ok(done)) if !requests => transport::bad_responses(done.json),
+        Some(Ok(done)) => {
             let answer = transport::sse(|out| {
-                out.extend_from_slice(&json);
+                out.extend_from_slice(&done.json);
                 Ok(())
             });
-            drop(json);
-            match withheld.map(|w| {
-                transport::event(|out| {
-                    out.extend_from_slice(&w);
-                    Ok(())
-                })
-            }) {
-                Some(Ok(body)) => {
-                    transport::with_withheld(answer, axum::http::StatusCode::OK, body)
-                }
-                _ => answer,
+            // An answer the budget never counts is never withheld: its withheld form is built
+            // only past that size, from the replies as written.
+            let size = axum::body::HttpBody::size_hint(answer.body()).exact();
+            if size.is_none_or(|n| n <= crate::edge::reply::UNCOUNTED_BYTES as u64) {
+                return answer;
+            }
+            match done.withheld() {
+                Some(body) => transport::with_withheld(answer, axum::http::StatusCode::OK, body),
+                None => answer,
             }
         }
         Some(Err(e)) => transport::sse(|_| Err(e)),
     }
 }
 
-/// A batch's answer, and its withheld form where one stands for a larger reply.
-type Finished = (Vec<u8>, Option<Vec<u8>>);
-
 /// The replies to a batch, written into one JSON array as they come, with the bytes of those
-/// that count toward `[limits] reply_bytes`; and the array of their withheld forms
-/// ([`withheld`]), for when the reply budget has no room for the first.
+/// that count toward `[limits] reply_bytes`; and what their withheld form ([`withheld`]) is
+/// built from, for when the reply budget has no room for the array.
 #[derive(Default)]
 struct BatchReplies {
     json: Vec<u8>,
     bytes: usize,
-    withheld: Vec<u8>,
-    /// Whether a reply of `withheld` stands for a larger one.
-    stood_in: bool,
+    /// Whether a reply answers a call that ran ([`withheld::ran`]): only then is the answer
+    /// withheld rather than refused.
+    ran: bool,
+    /// Each reply over [`withheld::KEPT_BYTES`], by where it lies in `json`, with its stand-in.
+    /// Built as the reply is pushed, while it is at hand: a few allocations for a reply of
+    /// more than 4 KiB, of which an answer the budget never counts holds at most three.
+    large: Vec<(Range<usize>, Reply)>,
     error: Option<serde_json::Error>,
 }
 
@@ -400,29 +401,22 @@ impl BatchReplies {
 
     /// Append `reply`; its length.
     fn push_uncounted(&mut self, reply: &Reply) -> usize {
-        let separator = if self.json.is_empty() { b'[' } else { b',' };
-        self.json.push(separator);
-        self.withheld.push(separator);
+        self.json
+            .push(if self.json.is_empty() { b'[' } else { b',' });
         let before = self.json.len();
         if let Err(e) = reply.write_json(&mut self.json) {
             self.error.get_or_insert(e);
         }
         let written = self.json.len() - before;
-        match withheld::stand_in(reply, written) {
-            Some(standing) => {
-                self.stood_in = true;
-                if let Err(e) = standing.write_json(&mut self.withheld) {
-                    self.error.get_or_insert(e);
-                }
-            }
-            None => self.withheld.extend_from_slice(&self.json[before..]),
+        self.ran |= withheld::ran(reply);
+        if let Some(standing) = withheld::in_batch(reply, written) {
+            self.large.push((before..self.json.len(), standing));
         }
         written
     }
 
-    /// The array, and the array of withheld forms where one stands for a larger reply; `None`
-    /// when there is no reply.
-    fn finish(mut self) -> Option<serde_json::Result<Finished>> {
+    /// The replies, written; `None` when there is none.
+    fn finish(mut self) -> Option<serde_json::Result<FinishedBatch>> {
         if self.json.is_empty() {
             return None;
         }
@@ -430,8 +424,48 @@ impl BatchReplies {
             return Some(Err(e));
         }
         self.json.push(b']');
-        self.withheld.push(b']');
-        Some(Ok((self.json, self.stood_in.then_some(self.withheld))))
+        Some(Ok(FinishedBatch {
+            json: self.json,
+            ran: self.ran,
+            large: self.large,
+        }))
+    }
+}
+
+/// A batch's replies, written: the array, and what its withheld form is built from.
+struct FinishedBatch {
+    json: Vec<u8>,
+    ran: bool,
+    large: Vec<(Range<usize>, Reply)>,
+}
+
+impl FinishedBatch {
+    /// The SSE event of the array with each reply over [`withheld::KEPT_BYTES`] replaced by its
+    /// stand-in: the answer's withheld form. `None` where it has none: no call of it ran (it is
+    /// refused, as before, when the budget has no room for it), no reply was replaced, or the
+    /// form would pass [`crate::edge::reply::WITHHELD_MOST_BYTES`] (which the budget refuses:
+    /// not built past it).
+    fn withheld(&self) -> Option<Vec<u8>> {
+        if !self.ran || self.large.is_empty() {
+            return None;
+        }
+        let most = crate::edge::reply::WITHHELD_MOST_BYTES;
+        let event = transport::event(|out| {
+            let mut from = 0;
+            for (range, standing) in &self.large {
+                out.extend_from_slice(&self.json[from..range.start]);
+                standing.write_json(out)?;
+                from = range.end;
+                if out.len() > most {
+                    break;
+                }
+            }
+            if out.len() <= most {
+                out.extend_from_slice(&self.json[from..]);
+            }
+            Ok(())
+        });
+        event.ok().filter(|body| body.len() <= most)
     }
 }
 
@@ -444,4 +478,85 @@ async fn run(
     params: Option<Value>,
 ) -> Result<Reply, HostFailure> {
     methods::dispatch(ctx, id, method, params).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::jsonrpc::INVALID_PARAMS;
+    use super::*;
+    use crate::edge::reply::WITHHELD_MOST_BYTES;
+    use serde_json::json;
+
+    /// The replies of a withheld batch's SSE event.
+    fn replies_of(event: &[u8]) -> Vec<Value> {
+        let data = event
+            .strip_prefix(b"event: message\ndata: ")
+            .and_then(|d| d.strip_suffix(b"\n\n"))
+            .expect("one SSE message event");
+        serde_json::from_slice(data).unwrap()
+    }
+
+    /// `replies` written as a batch whose answer holds a call that ran (the call's own reply,
+    /// whichever it is, changes nothing of how the others are kept or replaced).
+    fn batch_with_a_call(replies: &[Reply]) -> FinishedBatch {
+        let mut batch = BatchReplies::default();
+        for reply in replies {
+            batch.push(reply);
+        }
+        batch.ran = true;
+        batch.finish().unwrap().unwrap()
+    }
+
+    /// A long error of a withheld batch was kept whole beside the stand-ins; it is cut now (its
+    /// id and code kept), and the batch's other replies are as written, each larger one
+    /// replaced.
+    #[test]
+    fn a_withheld_batch_whose_replies_include_a_long_error_stays_under_the_bound() {
+        let long = Reply::error_with_data(
+            &json!(1),
+            INVALID_PARAMS,
+            "invalid params: x",
+            json!({"why": "w".repeat(200_000)}),
+        );
+        let short = Reply::error(&json!(2), INVALID_PARAMS, "invalid params: y");
+        let done = batch_with_a_call(&[long, short]);
+        assert!(done.json.len() > 200_000);
+        let event = done.withheld().expect("a withheld form");
+        assert!(event.len() < 1024, "{}", event.len());
+        let v = replies_of(&event);
+        assert_eq!(
+            v[0],
+            json!({"jsonrpc": "2.0", "id": 1, "error": {"code": INVALID_PARAMS,
+                   "message": format!("{}invalid params: x", withheld::ERROR_TEXT)}})
+        );
+        assert_eq!(
+            v[1],
+            json!({"jsonrpc": "2.0", "id": 2, "error": {"code": INVALID_PARAMS,
+                   "message": "invalid params: y"}})
+        );
+    }
+
+    /// 63 replies of up to 4 KiB, kept whole, beside one large one made a withheld form of a
+    /// quarter of a megabyte, counted against the whole budget only. Past
+    /// [`WITHHELD_MOST_BYTES`] a batch has no withheld form (the budget gives it the `503`);
+    /// one that ran nothing has none at all, and one within the bound has its form.
+    #[test]
+    fn a_batch_whose_withheld_form_would_pass_the_bound_has_none() {
+        // An error of about 4,000 bytes (its id long), kept whole in a withheld form.
+        let kept =
+            |i: u64| Reply::error(&json!(format!("{i:04}{}", "k".repeat(3_900))), -32601, "m");
+        let large = Reply::error(&json!(0), INVALID_PARAMS, "x".repeat(20_000));
+        let mut replies = vec![large];
+        replies.extend((1..=16).map(kept));
+        let within = batch_with_a_call(&replies);
+        let event = within.withheld().expect("within the bound");
+        assert!(event.len() <= WITHHELD_MOST_BYTES, "{}", event.len());
+        assert_eq!(replies_of(&event).len(), 17);
+        replies.extend((17..=20).map(kept));
+        assert!(batch_with_a_call(&replies).withheld().is_none());
+        // The same replies where no call ran: none, however small.
+        let mut batch = BatchReplies::default();
+        batch.push(&replies[0]);
+        assert!(batch.finish().unwrap().unwrap().withheld().is_none());
+    }
 }

@@ -106,6 +106,36 @@ fn small_share_daemon() -> Daemon {
     Daemon::start(&["worldd_workspace"], &["--config", path_str(&config)])
 }
 
+/// An answer of `token`'s held unread (two writes of its, under `Workspace.Write`), sized to
+/// leave about 2 KiB of its 1 MiB share (of [`small_share_daemon`]'s budget): its requests
+/// run (the share is not full), and no answer past about 18 KiB fits what is left. The
+/// connection that holds it.
+fn hold_all_but_2_kib_of_the_share(d: &Daemon, token: &str) -> std::net::TcpStream {
+    let object = |n: usize| {
+        let args = json!({"path": "held.txt", "content": "z".repeat(n)});
+        let v = tools_call(d, token, "ailang-write", args.clone());
+        assert_eq!(v["result"]["structuredContent"]["ok"], true, "{v}");
+        let path = format!(
+            "/v1/objects/{}?payload=true",
+            broker_core::object::Ref::of_json(&args).unwrap()
+        );
+        let size = get(&d.url(&path), Some(token)).body.len();
+        (path, size)
+    };
+    // KiB of the share an answer of `size` bytes takes (its first 16 KiB are not counted).
+    let kib = |size: usize| (size - 16 * 1024).div_ceil(1024);
+    let (_, size) = object(780_000);
+    let n = 780_000 + (1022 - kib(size)) * 1024 * 3 / 4;
+    let (path, size) = object(n);
+    assert!((1021..=1023).contains(&kib(size)), "{size}");
+    let (holder, status) = unread_get(d, &path, token);
+    assert_eq!(status, "HTTP/1.1 200");
+    holder
+}
+
+/// What a credential whose share is full is told.
+const SHARE_TEXT: &str = "too many answers to this credential are waiting unread (a quarter of [server] reply_budget_bytes); read them, then retry";
+
 /// What a withheld call's reply says.
 const WITHHELD_CALL: &str = "not sent: this call's reply was too large to hold while the reply budget has no room for it ([server] reply_budget_bytes, a quarter of it per credential); the call was answered and committed: `data` is its result's _meta (world/outcome says how it ended); read its output by world/outputRef (GET /v1/objects/REF?payload=true), or reconcile it by world/invocationId; sending it again with its idempotency key runs nothing twice";
 
@@ -205,28 +235,9 @@ fn a_large_withheld_batch_is_sent_and_keeps_its_short_replies_whole() {
         &["Workspace.Read=worktree:21", "Workspace.Write=worktree:5"],
     );
     std::fs::write(d.root().join("ep1/mid.txt"), "m".repeat(5_000)).unwrap();
-    // An answer of this credential's held unread, sized to leave about 2 KiB of its 1 MiB
-    // share: the batch runs (the share is not full), and neither its answer nor, counted
-    // against the share, its withheld form fits what is left.
-    let object = |n: usize| {
-        let args = json!({"path": "held.txt", "content": "z".repeat(n)});
-        let v = tools_call(&d, &token, "ailang-write", args.clone());
-        assert_eq!(v["result"]["structuredContent"]["ok"], true, "{v}");
-        let path = format!(
-            "/v1/objects/{}?payload=true",
-            broker_core::object::Ref::of_json(&args).unwrap()
-        );
-        let size = get(&d.url(&path), Some(&token)).body.len();
-        (path, size)
-    };
-    // KiB of the share an answer of `size` bytes takes (its first 16 KiB are not counted).
-    let kib = |size: usize| (size - 16 * 1024).div_ceil(1024);
-    let (_, size) = object(780_000);
-    let n = 780_000 + (1022 - kib(size)) * 1024 * 3 / 4;
-    let (path, size) = object(n);
-    assert!((1021..=1023).contains(&kib(size)), "{size}");
-    let (_holder, status) = unread_get(&d, &path, &token);
-    assert_eq!(status, "HTTP/1.1 200");
+    // The batch runs (the share is not full), and neither its answer nor, counted against
+    // the share, its withheld form fits what is left.
+    let _holder = hold_all_but_2_kib_of_the_share(&d, &token);
 
     // 22 reads of a 5 KB file: 21 within the budget, the last denied.
     let items: Vec<Value> = (1..=22)
@@ -259,4 +270,75 @@ fn a_large_withheld_batch_is_sent_and_keeps_its_short_replies_whole() {
         denied["result"]["_meta"]["world/outcome"]["reason"], "denied:budget",
         "{denied}"
     );
+}
+
+/// A POST of `items` under 2025-03-26 whose answer must be the share's `503`, with
+/// `Retry-After: 1`.
+fn assert_refused_for_the_share(d: &Daemon, token: &str, items: &[Value]) {
+    let a = mcp_text(d, token, "2025-03-26", &serde_json::to_vec(items).unwrap());
+    assert_eq!(a.status, 503, "{}", a.text());
+    assert_eq!(a.retry_after.as_deref(), Some("1"));
+    assert_eq!(
+        a.json(),
+        json!({"error": {"class": "Unavailable", "message": SHARE_TEXT}})
+    );
+}
+
+/// A batch of listings, which ran nothing, was sent withheld where its credential's share had
+/// no room for it (each reply over 4 KiB replaced by an error saying it was answered), counted
+/// against the whole budget only: a credential whose share was full could so hold more of the
+/// budget than its share at no cost. It gets the share's `503` as before: asking again costs
+/// nothing.
+#[test]
+fn a_batch_of_listings_that_finds_no_room_in_the_reply_share_still_gets_the_503() {
+    let d = small_share_daemon();
+    let token = d.session(
+        "ep1",
+        &["Workspace.Read=worktree:5", "Workspace.Write=worktree:5"],
+    );
+    let items: Vec<Value> = (1..=5)
+        .map(|id| json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"}))
+        .collect();
+    // With room, each listing's reply passes 4 KiB, and the answer 16 KiB.
+    let a = mcp_text(
+        &d,
+        &token,
+        "2025-03-26",
+        &serde_json::to_vec(&items).unwrap(),
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+    assert!(a.body.len() > 16 * 1024, "{}", a.body.len());
+    for reply in a.sse_json().as_array().unwrap() {
+        let written = serde_json::to_vec(reply).unwrap().len();
+        assert!(written > 4096, "{written}: {reply}");
+    }
+    let _holder = hold_all_but_2_kib_of_the_share(&d, &token);
+    assert_refused_for_the_share(&d, &token, &items);
+}
+
+/// A withheld batch kept its replies of up to 4 KiB whole, so 63 of them beside one large
+/// reply made a withheld form of about 256 KiB, counted against the whole budget only. A
+/// batch whose withheld form would pass 64 KiB gets the share's `503`, as it did before
+/// withheld forms: here 20 replies of 3 to 4 KiB, kept, beside one larger.
+#[test]
+fn a_batch_whose_withheld_form_would_pass_its_bound_gets_the_503() {
+    let d = small_share_daemon();
+    let token = d.session(
+        "ep1",
+        &["Workspace.Read=worktree:40", "Workspace.Write=worktree:5"],
+    );
+    std::fs::write(d.root().join("ep1/small.txt"), "s".repeat(1_100)).unwrap();
+    std::fs::write(d.root().join("ep1/mid.txt"), "m".repeat(5_000)).unwrap();
+    let read = |id: u64, path: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": "ailang-read", "arguments": {"path": path}}})
+    };
+    // A read of small.txt is answered in 3 to 4 KiB: kept whole in a withheld form.
+    let one = tools_call(&d, &token, "ailang-read", json!({"path": "small.txt"}));
+    let written = serde_json::to_vec(&one).unwrap().len();
+    assert!((3 * 1024..=4096).contains(&written), "{written}");
+    let mut items = vec![read(1, "mid.txt")];
+    items.extend((2..=21).map(|id| read(id, "small.txt")));
+    let _holder = hold_all_but_2_kib_of_the_share(&d, &token);
+    assert_refused_for_the_share(&d, &token, &items);
 }

@@ -18,7 +18,7 @@ use axum::response::Response;
 use serde_json::Value;
 
 use super::task::{rpc_result, rpc_result_json, CommittedTask};
-use crate::edge::reply::{Withheld, UNCOUNTED_BYTES};
+use crate::edge::reply::{Withheld, UNCOUNTED_BYTES, WITHHELD_MOST_BYTES};
 
 /// An output up to this size is kept: as MCP keeps its replies up to 4 KiB (a short output
 /// says more than the stand-in, which is not much shorter).
@@ -32,7 +32,10 @@ pub(super) const TEXT: &str = "not sent: this task's output was too large to hol
 /// The answer carrying the committed `task` (under 1.0's send, `sent`, in `{"task": …}`), with
 /// its withheld form where the reply budget may have to withhold it: an answer of more than
 /// [`UNCOUNTED_BYTES`] (the budget never counts a smaller one, so no stand-in is built for it)
-/// whose output passes [`KEPT_BYTES`].
+/// whose output passes [`KEPT_BYTES`], and whose form stays within [`WITHHELD_MOST_BYTES`] (the
+/// task's other members are short, but the request's id, echoed, may be long: past the bound
+/// the answer gets the `503` as before). Only a committed task's answer has one: the call ran
+/// (read back by `tasks/get`, it ran when it was sent); errors and other answers ran nothing.
 pub(super) fn committed(id: &Value, mut task: CommittedTask<'_>, sent: bool) -> Response {
     let mut answer = rpc_result(id, task.result(sent));
     let size = axum::body::HttpBody::size_hint(answer.body()).exact();
@@ -42,6 +45,7 @@ pub(super) fn committed(id: &Value, mut task: CommittedTask<'_>, sent: bool) -> 
     }
     task.withhold_output(TEXT);
     match rpc_result_json(id, task.result(sent)) {
+        Ok(body) if body.len() > WITHHELD_MOST_BYTES => answer,
         Ok(body) => {
             answer.extensions_mut().insert(Withheld {
                 // Every A2A answer, error or not, is an HTTP 200.
@@ -139,5 +143,25 @@ mod tests {
         let o = outcome::of_output(&large, EffectClass::Read);
         let task = committed_task(Method::MessageSend, "t-1", "ep-1", &large, &o).unwrap();
         assert!(withheld_of(&committed(&json!(1), task, false)).is_some());
+    }
+
+    /// A withheld task had no bound: the request's id is echoed in it, so an id of any length
+    /// made a withheld form of that length, counted against the whole budget only. One that
+    /// would pass [`WITHHELD_MOST_BYTES`] is not attached (the answer gets the `503`, as the
+    /// budget would refuse it); at the bound it is.
+    #[test]
+    fn a_withheld_task_past_its_bound_is_not_attached() {
+        let large = output(KEPT_BYTES + 1_000 + UNCOUNTED_BYTES);
+        let o = outcome::of_output(&large, EffectClass::Read);
+        // The bytes of the withheld form of the answer to a request of id `n` bytes of `i`.
+        let form = |n: usize| {
+            let task = committed_task(Method::MessageSend, "t-1", "ep-1", &large, &o).unwrap();
+            let answer = committed(&json!("i".repeat(n)), task, false);
+            answer.extensions().get::<Withheld>().map(|w| w.body.len())
+        };
+        // An id longer by a byte makes the form longer by one.
+        let short = form(0).unwrap();
+        assert_eq!(form(WITHHELD_MOST_BYTES - short), Some(WITHHELD_MOST_BYTES));
+        assert_eq!(form(WITHHELD_MOST_BYTES - short + 1), None);
     }
 }

@@ -8,7 +8,8 @@
 //! takes its bytes from the budget before it is sent, and gives them back when the last of
 //! it has been handed over or its connection ends. When the budget is full the answer is
 //! replaced by `503` with `Retry-After`, and its memory is freed at once; or, for an MCP or A2A
-//! answer to requests that already ran, by its [`Withheld`] form, which says what ran. The first
+//! answer to calls that already ran, by its [`Withheld`] form (at most
+//! [`WITHHELD_MOST_BYTES`]), which says what ran. The first
 //! [`UNCOUNTED_BYTES`] of each answer are not counted, so ordinary answers never wait or fail
 //! for it. Streams of unknown length (the log stream) are not counted: they are produced
 //! only as fast as their client reads.
@@ -58,6 +59,15 @@ const KIB: usize = 1024;
 
 /// Answers up to this size are never counted (they fit the kernel's send buffer).
 pub const UNCOUNTED_BYTES: usize = 16 * KIB;
+
+/// The most bytes a [`Withheld`] form may take: past it, the answer it stands for gets the
+/// `503` as if it had none. A withheld form is counted against the whole budget only, not its
+/// credential's share, so without a bound of its own a credential whose share is full could
+/// still fill the budget with them (a batch's replies kept whole, or long ids echoed, on
+/// connections that read nothing): a batch's withheld form keeps its replies of up to 4 KiB
+/// as they are, each larger one replaced by a stand-in of about 1 KiB plus its id, and 64 of
+/// them can pass this. An answer past it gets the `503`, as before withheld forms.
+pub const WITHHELD_MOST_BYTES: usize = 64 * KIB;
 
 /// The frame size of a counted answer.
 pub const CHUNK_BYTES: usize = 16 * KIB;
@@ -214,8 +224,9 @@ impl ReplyBudget {
 
     /// Count `answer` against `client`'s share (for a request without a credential, against
     /// its `peer` address's part of the anonymous share too) and the budget, or replace it when
-    /// one is full: by its [`Withheld`] form where it has one (counted in turn when larger than
-    /// [`UNCOUNTED_BYTES`]), else by 503.
+    /// one is full: by its [`Withheld`] form where it has one of at most
+    /// [`WITHHELD_MOST_BYTES`] (counted in turn when larger than [`UNCOUNTED_BYTES`]), else by
+    /// 503.
     pub async fn bound(&self, client: &Client, peer: Option<IpAddr>, answer: Response) -> Response {
         if answer.extensions().get::<Static>().is_some() {
             return answer;
@@ -230,15 +241,19 @@ impl ReplyBudget {
         match self.take(client, peer, size) {
             Ok(counted) => Self::counted(answer, size, counted).await,
             Err(why) => match answer.extensions().get::<Withheld>().cloned() {
-                Some(withheld) => self.withheld(answer, withheld).await,
-                None => busy(why),
+                Some(withheld) if withheld.body.len() <= WITHHELD_MOST_BYTES => {
+                    self.withheld(answer, withheld).await
+                }
+                _ => busy(why),
             },
         }
     }
 
     /// `answer`'s [`Withheld`] form in its place, counted against the whole budget only, not
-    /// the credential's share: it is small (64 replies of at most 4 KiB), its requests already
-    /// ran, and the share is what was full (a share with room refuses nothing).
+    /// the credential's share: it is small (at most [`WITHHELD_MOST_BYTES`], checked by the
+    /// caller), it stands only for calls that ran (their units spent; an answer that ran
+    /// nothing has none, and gets the `503`), and the share is what was full (a share with room
+    /// refuses nothing).
     async fn withheld(&self, answer: Response, withheld: Withheld) -> Response {
         let (mut parts, _) = answer.into_parts();
         parts.status = withheld.status;
@@ -338,11 +353,13 @@ type Taken = (
     Option<Held<IpAddr>>,
 );
 
-/// What to send in place of an answer the budget has no room for, when the requests it
-/// answers already ran (their units spent): an MCP answer with each reply too large to keep
-/// replaced by an error that says it ran and where its result is ([`crate::mcp`]), or an A2A
-/// task with its output left out and a statement of the same in its place ([`crate::a2a`]).
-/// A bare `503` told the agent nothing of what had run.
+/// What to send in place of an answer the budget has no room for, when the calls it answers
+/// already ran (their units spent): an MCP answer holding a call's result, with each reply too
+/// large to keep replaced by an error that says it was answered (for a call, where its result
+/// is) ([`crate::mcp`]), or an A2A answer carrying a committed task, with its output left out
+/// and a statement of the same in its place ([`crate::a2a`]). A bare `503` told the agent
+/// nothing of what had run. Answers that ran nothing carry none. One of more than
+/// [`WITHHELD_MOST_BYTES`] is not sent: the answer gets the `503`.
 #[derive(Debug, Clone)]
 pub struct Withheld {
     /// Its status (the revision's status of the replacing error).
@@ -744,6 +761,59 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(bytes.len(), 1024 * KIB);
+        assert_eq!(b.free_kib(), 256);
+    }
+
+    /// `bytes` of answer carrying a withheld form of `withheld` bytes.
+    fn answer_withheld(bytes: usize, withheld: usize) -> Response {
+        let mut a = answer(bytes);
+        a.extensions_mut().insert(Withheld {
+            status: StatusCode::OK,
+            body: Bytes::from(vec![b'w'; withheld]),
+        });
+        a
+    }
+
+    /// A withheld form had no bound of its own (its replies of up to 4 KiB kept, errors at any
+    /// size), and it is counted against the whole budget only: a credential whose share was
+    /// full could hold a quarter of a megabyte of the budget per answer. Past
+    /// [`WITHHELD_MOST_BYTES`], the answer gets the `503` its share's refusal says, as one
+    /// without a withheld form; at the bound it is sent, counted against the budget only.
+    #[tokio::test]
+    async fn a_withheld_form_past_its_bound_is_not_sent_and_the_answer_gets_the_503() {
+        let metrics = Metrics::default();
+        let b = ReplyBudget::new(256 * KIB, metrics.clone());
+        let a = client("a");
+        let held = b.bound(&a, None, answer(16 * KIB + 64 * KIB)).await;
+        assert_eq!(held.status(), StatusCode::OK);
+        let free = b.free_kib();
+        let past = b
+            .bound(
+                &a,
+                None,
+                answer_withheld(16 * KIB + 128 * KIB, WITHHELD_MOST_BYTES + 1),
+            )
+            .await;
+        assert_eq!(past.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(message(past).await, SHARE_TEXT);
+        assert_eq!(b.free_kib(), free, "nothing is held for it");
+        let within = b
+            .bound(
+                &a,
+                None,
+                answer_withheld(16 * KIB + 128 * KIB, WITHHELD_MOST_BYTES),
+            )
+            .await;
+        assert_eq!(within.status(), StatusCode::OK);
+        assert_eq!(
+            within.body().size_hint().exact(),
+            Some(WITHHELD_MOST_BYTES as u64)
+        );
+        assert_eq!(
+            b.free_kib(),
+            free - (WITHHELD_MOST_BYTES - UNCOUNTED_BYTES) / KIB
+        );
+        drop((held, within));
         assert_eq!(b.free_kib(), 256);
     }
 

@@ -230,7 +230,9 @@ pub(super) fn event(
     Ok(event)
 }
 
-/// `reply` as an SSE event, with its withheld form where it is large ([`super::withheld`]).
+/// `reply` as an SSE event, with its withheld form where it is a call's result too large for
+/// the budget to pass uncounted ([`super::withheld::stand_in`]); any other reply ran nothing,
+/// and has none (where the budget has no room for it, the `503`).
 pub(super) fn sse_reply(reply: &Reply) -> Response {
     use axum::body::HttpBody as _;
     let answer = sse(|out| reply.write_json(out));
