@@ -88,9 +88,11 @@ pub struct Taken {
     /// Entries of `plugin-state/` that are no file, directory or symbolic link (a FIFO, a
     /// socket, a device): not copied.
     pub skipped: Vec<PathBuf>,
-    /// The destination's lock ([`BackupError::Busy`]), held until this is dropped: until the
-    /// copy has been checked, another backup into it is refused as running, not interrupted.
-    held: Option<File>,
+    /// The destination's directory, open (and locked: [`BackupError::Busy`]) until this is
+    /// dropped: until the copy has been checked, another backup into it is refused as running,
+    /// not interrupted, and [`Taken::discard`] removes the copy through it, never through the
+    /// destination's path, which may name another directory by then.
+    held: Option<Dir>,
     /// Whether the destination directory was made by this backup, and the entries of it this
     /// backup wrote: what [`Taken::discard`] removes.
     made: bool,
@@ -99,18 +101,16 @@ pub struct Taken {
 
 impl Taken {
     /// Remove the copy (its check found the destination full): what the backup wrote, the
-    /// `lock.mdb` the check's open made, and the destination when the backup made it.
-    pub fn discard(mut self, dest: &Path) {
-        let target = match self.held.take() {
-            Some(held) => Dir::from_std_file(held),
-            None => match Dir::open_ambient_dir(dest, cap_std::ambient_authority()) {
-                Ok(dir) => dir,
-                Err(_) => return,
-            },
+    /// `lock.mdb` the check's open made, and the destination when the backup made it. An
+    /// error when anything of it may be left: one that could not be removed, or every entry
+    /// where the destination's directory is not held (nothing is removed by path then).
+    pub fn discard(mut self, dest: &Path) -> Result<(), BackupError> {
+        let Some(target) = self.held.take() else {
+            return Err(BackupError::Unheld(dest.to_path_buf()));
         };
         let mut names = vec![LOCK];
         names.extend(self.wrote.iter().copied().filter(|n| *n != LOCK));
-        undo(&target, dest, self.made, &names);
+        undo(&target, dest, self.made, &names)
     }
 }
 
@@ -165,9 +165,29 @@ pub enum BackupError {
         #[source]
         source: StoreError,
     },
+    /// Said where a copy's writes would be removed: the destination's directory was not held
+    /// open, and its path may name another directory by now.
+    #[error("{0} was not held open, and what the backup wrote there is not removed through its path, which may name another directory by now")]
+    Unheld(PathBuf),
+    /// The copy failed (`error`, said as itself), and what it wrote could not all be removed
+    /// (`left`, why): [`BackupError::left`].
+    #[error("{error}")]
+    NotUndone {
+        error: Box<BackupError>,
+        left: Box<BackupError>,
+    },
 }
 
 impl BackupError {
+    /// Why what a failed copy wrote is still (in part) in its destination; `None` when it
+    /// was all removed.
+    pub fn left(&self) -> Option<&BackupError> {
+        match self {
+            BackupError::NotUndone { left, .. } => Some(left),
+            _ => None,
+        }
+    }
+
     /// The destination was refused before anything was written.
     pub fn is_refusal(&self) -> bool {
         matches!(
@@ -226,18 +246,21 @@ pub fn take(store: &Store, db: &Path, dest: &Path, compact: bool) -> Result<Take
     let copied = copy_store(store, db, &target, dest, compact, &mut wrote);
     match copied {
         Ok(mut taken) => {
-            // A second descriptor of the locked open directory keeps the lock.
-            taken.held = target
-                .try_clone()
-                .ok()
-                .map(|d| File::from(std::os::fd::OwnedFd::from(d)));
+            // The open directory itself: it keeps the lock, and a discard needs no path.
+            taken.held = Some(target);
             taken.made = made;
             taken.wrote = wrote;
             Ok(taken)
         }
         Err(e) => {
-            undo(&target, dest, made, &wrote);
-            Err(e.full_in(dest))
+            let e = e.full_in(dest);
+            match undo(&target, dest, made, &wrote) {
+                Ok(()) => Err(e),
+                Err(left) => Err(BackupError::NotUndone {
+                    error: Box::new(e),
+                    left: Box::new(left),
+                }),
+            }
         }
     }
 }
@@ -695,16 +718,36 @@ fn sync_dir(dir: &Dir, shown: &Path) -> Result<(), BackupError> {
 
 /// Remove what a failed backup wrote, and the destination when it was made here and is empty
 /// again. Only what this process made is removed: another backup racing it into the same
-/// directory keeps its files.
-fn undo(target: &Dir, dest: &Path, made: bool, wrote: &[&str]) {
+/// directory keeps its files. Every entry is tried; the first that could not be removed is the
+/// error (one already gone is not left). The destination is removed by its path only while the
+/// path still names the directory held.
+fn undo(target: &Dir, dest: &Path, made: bool, wrote: &[&str]) -> Result<(), BackupError> {
+    let mut first = None;
     for name in wrote.iter().rev() {
-        let _ = match target.symlink_metadata(name) {
+        let removed = match target.symlink_metadata(name) {
             Ok(md) if md.is_dir() => target.remove_dir_all(name),
             _ => target.remove_file(name),
         };
+        match removed {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                first.get_or_insert_with(|| io_at(&dest.join(name))(e));
+            }
+            _ => {}
+        }
     }
-    if made {
+    if made && first.is_none() && names_the_same(target, dest) {
+        // Not empty: another backup's files, which stay with it.
         let _ = fs::remove_dir(dest);
+    }
+    first.map_or(Ok(()), Err)
+}
+
+/// Whether `path` (not followed) is the directory open as `dir`.
+fn names_the_same(dir: &Dir, path: &Path) -> bool {
+    use cap_std::fs::MetadataExt as _;
+    match (dir.dir_metadata(), fs::symlink_metadata(path)) {
+        (Ok(held), Ok(now)) => now.is_dir() && held.dev() == now.dev() && held.ino() == now.ino(),
+        _ => false,
     }
 }
 
@@ -728,14 +771,14 @@ mod tests {
         fs::write(dest.join("plugin-state/a/f"), "ours").unwrap();
         fs::write(dest.join("theirs"), "theirs").unwrap();
         let target = opened(&dest);
-        undo(&target, &dest, true, &["data.mdb", PLUGIN_STATE]);
+        undo(&target, &dest, true, &["data.mdb", PLUGIN_STATE]).unwrap();
         let left: Vec<_> = fs::read_dir(&dest)
             .unwrap()
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(left, ["theirs"]);
         fs::remove_file(dest.join("theirs")).unwrap();
-        undo(&target, &dest, true, &[]);
+        undo(&target, &dest, true, &[]).unwrap();
         assert!(!dest.exists());
     }
 
@@ -819,6 +862,111 @@ mod tests {
             "state"
         );
         assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0);
+    }
+
+    /// `discard` reopened the destination by its path when it held no handle of the directory
+    /// (one that could not be cloned, out of descriptors), and removed `data.mdb`, `lock.mdb`,
+    /// `plugin-state` and `.unverified` in whatever directory the path named by then. Without
+    /// the handle it now removes nothing, and says the copy may be left.
+    #[test]
+    fn discarding_a_copy_whose_directory_is_not_held_removes_nothing_through_its_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let elsewhere = dir.path().join("elsewhere");
+        fs::create_dir_all(elsewhere.join(PLUGIN_STATE)).unwrap();
+        for name in ["data.mdb", LOCK, UNVERIFIED, "plugin-state/f"] {
+            fs::write(elsewhere.join(name), "theirs").unwrap();
+        }
+        let dest = dir.path().join("dest");
+        std::os::unix::fs::symlink(&elsewhere, &dest).unwrap();
+        let taken = Taken {
+            made: true,
+            wrote: vec![PLUGIN_STATE, UNVERIFIED, "data.mdb"],
+            ..Taken::default()
+        };
+        let e = taken.discard(&dest).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "{} was not held open, and what the backup wrote there is not removed through its path, which may name another directory by now",
+                dest.display()
+            )
+        );
+        let mut left: Vec<_> = fs::read_dir(&elsewhere)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [".unverified", "data.mdb", "lock.mdb", "plugin-state"]
+        );
+        assert!(elsewhere.join("plugin-state/f").is_file());
+    }
+
+    /// The copy is discarded through the directory the backup wrote it into, kept in
+    /// [`Taken`]: a destination swapped for a link meanwhile loses nothing where it points.
+    #[test]
+    fn a_discarded_copy_is_removed_from_the_directory_it_was_written_to_not_a_swapped_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("db");
+        let store = Store::create(&db).unwrap();
+        fs::create_dir_all(db.join("plugin-state/p")).unwrap();
+        fs::write(db.join("plugin-state/p/f"), "state").unwrap();
+        let dest = dir.path().join("dest");
+        let taken = take(&store, &db, &dest, false).unwrap();
+        let moved = dir.path().join("moved");
+        fs::rename(&dest, &moved).unwrap();
+        let elsewhere = dir.path().join("elsewhere");
+        fs::create_dir_all(elsewhere.join(PLUGIN_STATE)).unwrap();
+        for name in ["data.mdb", LOCK, UNVERIFIED] {
+            fs::write(elsewhere.join(name), "theirs").unwrap();
+        }
+        std::os::unix::fs::symlink(&elsewhere, &dest).unwrap();
+        taken.discard(&dest).unwrap();
+        assert_eq!(fs::read_dir(&moved).unwrap().count(), 0);
+        assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 4);
+        // The link is no directory the backup made: it stays.
+        assert!(fs::symlink_metadata(&dest).unwrap().is_symlink());
+    }
+
+    /// Undo ignored its errors, so a failed backup said "nothing was left in DEST" beside a
+    /// copy it could not remove. An entry that cannot be removed (immutable here) is now its
+    /// error, naming the entry; the others are removed all the same.
+    #[test]
+    fn an_undo_that_cannot_remove_what_it_wrote_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("dest");
+        fs::create_dir(&dest).unwrap();
+        fs::write(dest.join("data.mdb"), "ours").unwrap();
+        fs::write(dest.join(UNVERIFIED), "ours").unwrap();
+        let stuck = dest.join("data.mdb");
+        let chattr = |flag: &str| {
+            std::process::Command::new("chattr")
+                .arg(flag)
+                .arg(&stuck)
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        if !chattr("+i") {
+            eprintln!("skipped: chattr +i needs root and a filesystem with the flag");
+            return;
+        }
+        /// Clears the flag however the test ends, so that the directory can be removed.
+        struct Mutable<F: Fn(&str) -> bool>(F);
+        impl<F: Fn(&str) -> bool> Drop for Mutable<F> {
+            fn drop(&mut self) {
+                (self.0)("-i");
+            }
+        }
+        let _mutable = Mutable(chattr);
+        let e = undo(&opened(&dest), &dest, true, &["data.mdb", UNVERIFIED]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("{}: Operation not permitted (os error 1)", stuck.display())
+        );
+        assert!(!dest.join(UNVERIFIED).exists());
+        assert!(stuck.is_file());
     }
 
     /// A destination holding only an interrupted backup's partial copy is refused as such; one

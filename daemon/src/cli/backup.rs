@@ -37,14 +37,10 @@ pub fn run(a: BackupArgs) -> CliResult {
         .map_err(|e| Failure::usage(format!("backup: {e}")))?;
     let store = open_to_read(db)?;
     let taken = backup::take(&store, db, &a.dest, a.compact).map_err(|e| {
-        let message = format!("backup: {e}");
         if e.is_refusal() {
-            Failure::usage(message)
+            Failure::usage(format!("backup: {e}"))
         } else {
-            Failure::fatal(format!(
-                "{message}; nothing was left in {}",
-                a.dest.display()
-            ))
+            failed(&e, &a.dest, e.left())
         }
     })?;
     drop(store);
@@ -73,11 +69,8 @@ pub fn run(a: BackupArgs) -> CliResult {
                 path: a.dest.clone(),
                 detail,
             };
-            taken.discard(&a.dest);
-            return Err(Failure::fatal(format!(
-                "backup: {e}; nothing was left in {}",
-                a.dest.display()
-            )));
+            let undone = taken.discard(&a.dest);
+            return Err(failed(&e, &a.dest, undone.as_ref().err()));
         }
         Err(Unchecked::Failed(failure)) => {
             // What was copied, then why its check failed; the failure is the verb's answer
@@ -109,6 +102,18 @@ pub fn run(a: BackupArgs) -> CliResult {
             a.dest.display(),
             output::unwritten(&e)
         ))
+    })
+}
+
+/// A copy that failed (`e`): "nothing was left" only where what it wrote was all removed,
+/// else what may be left and why (`left`).
+fn failed(e: &backup::BackupError, dest: &Path, left: Option<&backup::BackupError>) -> Failure {
+    let dest = dest.display();
+    Failure::fatal(match left {
+        None => format!("backup: {e}; nothing was left in {dest}"),
+        Some(left) => format!(
+            "backup: {e}; what it wrote may be left in {dest} ({left}): remove it before backing up into {dest} again"
+        ),
     })
 }
 
@@ -154,4 +159,41 @@ fn check_copy(dest: &Path) -> Result<verify::StoreAudit, Unchecked> {
         ))));
     }
     Ok(audit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backup::BackupError;
+
+    /// A failed copy said "nothing was left in DEST" whatever its undo did. That is said now
+    /// only where the undo removed it all; otherwise what may be left and why.
+    #[test]
+    fn a_failed_copy_says_nothing_was_left_only_where_its_undo_removed_it_all() {
+        let dest = Path::new("/b/dest");
+        let full = || BackupError::DestinationFull {
+            path: dest.to_path_buf(),
+            detail: "x".into(),
+        };
+        assert_eq!(
+            failed(&full(), dest, full().left()).message,
+            "backup: copying the store into /b/dest: disk full: the destination's filesystem has no space left (x); nothing was left in /b/dest"
+        );
+        let not_undone = BackupError::NotUndone {
+            error: Box::new(full()),
+            left: Box::new(BackupError::Io {
+                path: dest.join("data.mdb"),
+                source: std::io::Error::from_raw_os_error(libc::EPERM),
+            }),
+        };
+        assert_eq!(
+            failed(&not_undone, dest, not_undone.left()).message,
+            "backup: copying the store into /b/dest: disk full: the destination's filesystem has no space left (x); what it wrote may be left in /b/dest (/b/dest/data.mdb: Operation not permitted (os error 1)): remove it before backing up into /b/dest again"
+        );
+        let unheld = BackupError::Unheld(dest.to_path_buf());
+        assert_eq!(
+            failed(&full(), dest, Some(&unheld)).message,
+            "backup: copying the store into /b/dest: disk full: the destination's filesystem has no space left (x); what it wrote may be left in /b/dest (/b/dest was not held open, and what the backup wrote there is not removed through its path, which may name another directory by now): remove it before backing up into /b/dest again"
+        );
+    }
 }
