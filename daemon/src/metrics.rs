@@ -144,6 +144,23 @@ impl Histogram {
     }
 }
 
+/// How often each [`Limit`] tripped, one counter per variant (indexed by it): counted without
+/// a lock, as a flood of refusals (or of a plugin's log messages) is many threads at once.
+struct LimitTrips([AtomicU64; Limit::ALL.len()]);
+
+impl Default for LimitTrips {
+    fn default() -> Self {
+        LimitTrips([const { AtomicU64::new(0) }; Limit::ALL.len()])
+    }
+}
+
+impl LimitTrips {
+    fn of(&self, limit: Limit) -> &AtomicU64 {
+        // The variants carry no explicit discriminants: 0, 1, … in the order of `Limit::ALL`.
+        &self.0[limit as usize]
+    }
+}
+
 #[derive(Default)]
 struct Inner {
     /// Tool → outcome → count: keyed by tool first, so a call finds its row without copying
@@ -153,10 +170,7 @@ struct Inner {
     latency: Mutex<Histogram>,
     callbacks_rejected: AtomicU64,
     admission_refused: Mutex<BTreeMap<&'static str, u64>>,
-    limit_trips: Mutex<BTreeMap<&'static str, u64>>,
-    /// Plugin log messages dropped for their rate: counted as they are dropped, without a lock
-    /// (a flood is many threads at once), shown as `limit_trips`' `plugin_log_rate`.
-    plugin_log_dropped: AtomicU64,
+    limit_trips: LimitTrips,
     connections_open: AtomicI64,
     body_bytes_held: AtomicI64,
     plugin_failures: AtomicU64,
@@ -327,30 +341,20 @@ impl Metrics {
 
     /// A limit of the edge or of a protocol tripped.
     pub fn limit_tripped(&self, limit: Limit) {
-        if let Ok(mut m) = self.inner.limit_trips.lock() {
-            *m.entry(limit.label()).or_default() += 1;
-        }
+        self.inner
+            .limit_trips
+            .of(limit)
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     /// A plugin log message dropped for its rate (`limit="plugin_log_rate"`).
     pub fn plugin_log_dropped(&self) {
-        self.inner
-            .plugin_log_dropped
-            .fetch_add(1, Ordering::Relaxed);
+        self.limit_tripped(Limit::PluginLogRate);
     }
 
     /// How often `limit` tripped so far.
     pub fn trips(&self, limit: Limit) -> u64 {
-        let dropped = match limit {
-            Limit::PluginLogRate => self.inner.plugin_log_dropped.load(Ordering::Relaxed),
-            _ => 0,
-        };
-        self.inner
-            .limit_trips
-            .lock()
-            .map(|m| m.get(limit.label()).copied().unwrap_or(0))
-            .unwrap_or(0)
-            + dropped
+        self.inner.limit_trips.of(limit).load(Ordering::Relaxed)
     }
 
     /// Bytes of the request-body budget taken (`+`) or given back (`-`).
@@ -517,19 +521,13 @@ impl Metrics {
             "reason",
             &inner.credentials_refused,
         );
-        let trips = {
-            let mut trips = inner
-                .limit_trips
-                .lock()
-                .map(|m| m.clone())
-                .unwrap_or_default();
-            let dropped = inner.plugin_log_dropped.load(Ordering::Relaxed);
-            if dropped > 0 {
-                *trips.entry(Limit::PluginLogRate.label()).or_default() += dropped;
-            }
-            Mutex::new(trips)
-        };
-        by_label(
+        // The limits that tripped, in label order.
+        let trips: BTreeMap<&str, u64> = Limit::ALL
+            .iter()
+            .map(|&l| (l.label(), self.trips(l)))
+            .filter(|&(_, n)| n > 0)
+            .collect();
+        counts_by_label(
             &mut out,
             "worldd_limit_trips_total",
             "Requests and connections stopped by a limit, by limit.",
@@ -619,11 +617,23 @@ fn by_label<K: std::fmt::Display>(
     label: &str,
     counts: &Mutex<BTreeMap<K, u64>>,
 ) {
+    match counts.lock() {
+        Ok(counts) => counts_by_label(out, name, help, label, &counts),
+        Err(_) => counts_by_label::<K>(out, name, help, label, &BTreeMap::new()),
+    }
+}
+
+/// [`by_label`] of counts not behind a lock.
+fn counts_by_label<K: std::fmt::Display>(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    label: &str,
+    counts: &BTreeMap<K, u64>,
+) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-    if let Ok(counts) = counts.lock() {
-        for (value, n) in counts.iter() {
-            let _ = writeln!(out, "{name}{{{label}=\"{value}\"}} {n}");
-        }
+    for (value, n) in counts {
+        let _ = writeln!(out, "{name}{{{label}=\"{value}\"}} {n}");
     }
 }
 
@@ -697,4 +707,59 @@ fn escape(s: &str) -> String {
     s.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The trips were a map behind a lock keyed by each limit's label, with the plugin log's
+    /// drops in a counter of their own that both readers added in: one counter per variant
+    /// now, which `trips` and the rendered metric both read, each limit on its own, the
+    /// metric listing those that tripped in label order as before.
+    #[test]
+    fn each_limit_trips_its_own_counter_which_trips_and_the_metric_both_read() {
+        let m = Metrics::default();
+        for (i, &limit) in Limit::ALL.iter().enumerate() {
+            // The index of a limit's counter is its place in `Limit::ALL`.
+            assert_eq!(limit as usize, i, "{}", limit.label());
+            for _ in 0..=i {
+                m.limit_tripped(limit);
+            }
+        }
+        m.plugin_log_dropped();
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(&dir.path().join("db")).unwrap();
+        let text = m.render(&store, &Overruns::default());
+        let mut expected: Vec<(&str, u64)> = Vec::new();
+        for (i, &limit) in Limit::ALL.iter().enumerate() {
+            let n = i as u64 + 1 + u64::from(limit == Limit::PluginLogRate);
+            assert_eq!(m.trips(limit), n, "{}", limit.label());
+            expected.push((limit.label(), n));
+        }
+        expected.sort();
+        let rendered: Vec<String> = text
+            .lines()
+            .filter(|l| l.starts_with("worldd_limit_trips_total{"))
+            .map(str::to_owned)
+            .collect();
+        let expected: Vec<String> = expected
+            .iter()
+            .map(|(label, n)| format!("worldd_limit_trips_total{{limit=\"{label}\"}} {n}"))
+            .collect();
+        assert_eq!(rendered, expected);
+        // A limit that never tripped is not listed.
+        let quiet = Metrics::default();
+        quiet.limit_tripped(Limit::BodySize);
+        let text = quiet.render(&store, &Overruns::default());
+        let rendered: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("worldd_limit_trips_total"))
+            .collect();
+        assert_eq!(
+            rendered,
+            ["worldd_limit_trips_total{limit=\"body_size\"} 1"]
+        );
+        assert_eq!(quiet.trips(Limit::PluginLogRate), 0);
+    }
 }
