@@ -381,13 +381,9 @@ fn refuse_daemons_paths(dest: &Path) -> Result<(), BackupError> {
         let Ok(file) = File::open(dir) else {
             continue;
         };
-        use std::os::fd::AsRawFd;
         // A shared lock meets only an exclusive one, so looking disturbs no daemon's; it is let
-        // go when `file` is dropped.
-        // SAFETY: flock on a descriptor this function owns; no memory is shared.
-        let free = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0
-            || io::Error::last_os_error().raw_os_error() != Some(libc::EWOULDBLOCK);
-        if free {
+        // go when `file` is dropped. A filesystem without `flock` holds no daemon's lock.
+        if !matches!(crate::flock::shared(&file), Ok(false)) {
             continue;
         }
         if dir == real {
@@ -464,14 +460,9 @@ fn open_own_dir(dest: &Path) -> Result<Dir, BackupError> {
             euid,
         });
     }
-    use std::os::fd::AsRawFd;
-    // SAFETY: flock on a descriptor this function owns; no memory is shared.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            return Err(BackupError::Busy(dest.to_path_buf()));
-        }
-        // A filesystem without `flock`: the copy is made, unguarded against a second backup.
+    // On a filesystem without `flock` the copy is made, unguarded against a second backup.
+    if let Ok(false) = crate::flock::exclusive(&file) {
+        return Err(BackupError::Busy(dest.to_path_buf()));
     }
     let dir = Dir::from_std_file(file);
     // A backup leaves at most `.partial`, `.unverified`, `plugin-state`, `data.mdb`, and

@@ -75,6 +75,7 @@ pub mod edge;
 mod exit_guard;
 pub mod extract;
 pub mod fallback;
+mod flock;
 pub mod invalid_params;
 pub mod json_bounds;
 mod json_numbers;

@@ -5,9 +5,9 @@
 
 use std::path::PathBuf;
 
-use super::placement::real_so_far;
-use super::serve::startup;
-use super::{CliResult, Failure};
+use super::paths::{real_so_far, store_lock_file};
+use super::{startup, CliResult, Failure};
+use crate::flock;
 use crate::plugins::PluginOptions;
 
 /// A path this daemon would take that lies inside a directory another running worldd process
@@ -15,7 +15,7 @@ use crate::plugins::PluginOptions;
 pub(super) struct HeldAbove {
     /// `workspace root` or `store`.
     pub what: &'static str,
-    /// The path as it will be once made ([`super::placement::real_so_far`]).
+    /// The path as it will be once made ([`super::paths::real_so_far`]).
     pub real: PathBuf,
     /// The directory the other process holds.
     pub above: PathBuf,
@@ -30,7 +30,7 @@ pub(super) struct HeldAbove {
 pub(super) fn workspace_lock(root: &std::path::Path) -> Result<Option<std::fs::File>, Failure> {
     let dir = std::fs::File::open(root)
         .map_err(|e| startup("config", format!("workspace root {}: {e}", root.display())))?;
-    match lock_exclusively(&dir) {
+    match flock::exclusive(&dir) {
         Ok(true) => Ok(Some(dir)),
         Ok(false) if !held_exclusively(&dir) => Err(holds_another(
             "workspace root",
@@ -87,7 +87,7 @@ pub(super) fn lock_state_dirs(
         let Ok(file) = std::fs::File::open(dir) else {
             continue;
         };
-        match lock_exclusively(&file) {
+        match flock::exclusive(&file) {
             Ok(true) => held.push(file),
             Ok(false) => {
                 return Err(startup(
@@ -122,7 +122,7 @@ pub(super) fn lock_store_dir(
     else {
         return Ok(None);
     };
-    match lock_exclusively(&dir) {
+    match flock::exclusive(&dir) {
         Ok(true) => Ok(Some(dir)),
         Ok(false) if !held_exclusively(&dir) => Err((
             holds_another(
@@ -206,7 +206,7 @@ pub(super) fn lock_ancestors(
             let Ok(dir) = std::fs::File::open(above) else {
                 continue;
             };
-            match lock_shared(&dir) {
+            match flock::shared(&dir) {
                 Ok(true) => held.push((above.to_path_buf(), dir)),
                 Ok(false) => return Err(inside_another(what, &real, above, flag)),
                 Err(_) => {}
@@ -241,7 +241,7 @@ pub(super) fn held_above(db: &std::path::Path, root: &std::path::Path) -> Option
             let Ok(dir) = std::fs::File::open(above) else {
                 continue;
             };
-            if let Ok(false) = lock_shared(&dir) {
+            if let Ok(false) = flock::shared(&dir) {
                 let above = above.to_path_buf();
                 return Some(HeldAbove {
                     what,
@@ -275,9 +275,9 @@ fn inside_another(
 /// exclusively): a daemon's own root or store, where shared locks only mean `dir` lies above
 /// another daemon's ([`lock_ancestors`]).
 pub(super) fn held_exclusively(dir: &std::fs::File) -> bool {
-    match lock_shared(dir) {
+    match flock::shared(dir) {
         Ok(true) => {
-            unlock(dir);
+            flock::unlock(dir);
             false
         }
         Ok(false) | Err(_) => true,
@@ -353,13 +353,6 @@ pub(super) fn existing_store_lock(db: &std::path::Path) -> Result<Option<std::fs
     }
 }
 
-/// The file a serving daemon locks: the store's own data file. A lock file beside it
-/// (`worldd.lock`, once) could be removed while the daemon ran, as lock files are after a crash,
-/// and a second daemon then started on the same store; the data file is the store.
-pub(super) fn store_lock_file(db: &std::path::Path) -> std::path::PathBuf {
-    db.join("data.mdb")
-}
-
 /// Hold an exclusive, non-blocking `flock` on the store's data file for the daemon's lifetime.
 /// LMDB locks only `lock.mdb` (with `fcntl`, which `flock` does not meet). Other verbs (session
 /// mint, why, doctor) do not take it: LMDB serialises their writes.
@@ -369,7 +362,7 @@ pub(super) fn writer_lock(db: &std::path::Path) -> Result<std::fs::File, Failure
         let e = broker_core::store::StoreError::from_io(e);
         startup("store-open", format!("{}: {e}", path.display()))
     })?;
-    if !matches!(lock_exclusively(&file), Ok(true)) {
+    if !matches!(flock::exclusive(&file), Ok(true)) {
         return Err(already_serves(db));
     }
     Ok(file)
@@ -385,47 +378,10 @@ fn already_serves(db: &std::path::Path) -> Failure {
     )
 }
 
-/// Take a shared `flock` on `file` without waiting: `Ok(false)` when another process holds an
-/// exclusive one, an error where the filesystem cannot lock.
-fn lock_shared(file: &std::fs::File) -> std::io::Result<bool> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: flock on a file descriptor we own; no memory is shared.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0 {
-        return Ok(true);
-    }
-    let e = std::io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(libc::EWOULDBLOCK) => Ok(false),
-        _ => Err(e),
-    }
-}
-
-/// Release a `flock` taken only to look.
-pub(super) fn unlock(file: &std::fs::File) {
-    use std::os::fd::AsRawFd;
-    // SAFETY: flock on a file descriptor we own; no memory is shared.
-    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
-}
-
-/// Take an exclusive `flock` on `file` without waiting: `Ok(false)` when another process holds
-/// one, an error where the filesystem cannot lock.
-pub(super) fn lock_exclusively(file: &std::fs::File) -> std::io::Result<bool> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: flock on a file descriptor we own; no memory is shared.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-        return Ok(true);
-    }
-    let e = std::io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(libc::EWOULDBLOCK) => Ok(false),
-        _ => Err(e),
-    }
-}
-
 /// Whether no daemon holds the store's lock now (none where the store has no data file).
 pub(super) fn nobody_serves(db: &std::path::Path) -> bool {
     match std::fs::File::open(store_lock_file(db)) {
-        Ok(file) => matches!(lock_exclusively(&file), Ok(true)),
+        Ok(file) => matches!(flock::exclusive(&file), Ok(true)),
         Err(e) => e.kind() == std::io::ErrorKind::NotFound,
     }
 }

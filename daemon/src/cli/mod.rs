@@ -39,6 +39,7 @@ mod log_fields;
 mod log_line;
 mod manual;
 mod output;
+mod paths;
 mod placement;
 mod plugin_config;
 mod quickstart;
@@ -84,6 +85,12 @@ impl Failure {
 }
 
 pub type CliResult = Result<(), Failure>;
+
+/// A refused start, said at the `stage` it stopped (`config`, `store-open`, …): `serve`'s, and
+/// the placement checks' and directory locks' it runs.
+fn startup(stage: &str, detail: impl std::fmt::Display) -> Failure {
+    Failure::fatal(format!("daemon startup failed at {stage}: {detail}"))
+}
 
 #[derive(Parser, Debug)]
 #[command(

@@ -4,9 +4,8 @@
 
 use std::path::PathBuf;
 
-use super::dir_locks::store_lock_file;
-use super::serve::startup;
-use super::CliResult;
+use super::paths::{absolute_now, real_so_far, store_lock_file};
+use super::{startup, CliResult};
 use crate::plugins::PluginOptions;
 
 /// Make `dir` and the parents it lacks with mode 0700, whatever the umask (which can only
@@ -44,11 +43,6 @@ pub(super) fn make_private_dir(
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(false),
         Err(e) => Err(e),
     }
-}
-
-/// `path` made absolute against the working directory now (as given where that cannot be read).
-pub(super) fn absolute_now(path: &std::path::Path) -> PathBuf {
-    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
 /// Refuse the store directory and its `plugin-state` when they exist and another user could
@@ -150,39 +144,6 @@ pub(super) fn nested(db: &std::path::Path, root: &std::path::Path) -> Option<Str
     } else {
         None
     }
-}
-
-/// `path` as it will be once made: each part that exists resolved (symlinks, `..`), and the
-/// rest, not made yet, taken as the directories `create_dir_all` will make, a `..` after one
-/// of them going back up (`a/new/../db` is `a/db`). The path [`lock_ancestors`](super::dir_locks::lock_ancestors) will name.
-pub(super) fn real_so_far(path: &std::path::Path) -> PathBuf {
-    use std::path::Component;
-    let abs = absolute_now(path);
-    let mut at = PathBuf::from("/");
-    // Whether `at` exists, and so is a real path whose parent is its `..`.
-    let mut real = true;
-    for part in abs.components() {
-        match part {
-            Component::Prefix(_) | Component::RootDir | Component::CurDir => {}
-            Component::ParentDir => {
-                // Back up a part made up above, or out of a real one: either way what is left
-                // is real again when it exists (the real prefix the made-up parts were added to).
-                at.pop();
-                real = at.exists();
-            }
-            Component::Normal(name) => {
-                let next = at.join(name);
-                match real.then(|| next.canonicalize().ok()).flatten() {
-                    Some(resolved) => at = resolved,
-                    None => {
-                        real = false;
-                        at = next;
-                    }
-                }
-            }
-        }
-    }
-    at
 }
 
 /// A `stateDir` the operator set for a plugin that overlaps the workspace root is refused: agents

@@ -13,15 +13,16 @@ use clap::Args;
 use serde::Deserialize;
 
 use super::dir_locks::{
-    existing_store_lock, lock_ancestors, lock_exclusively, lock_state_dirs, lock_store_dir,
-    nobody_serves, refuse_inside_another, store_lock_file, workspace_lock, writer_lock,
+    existing_store_lock, lock_ancestors, lock_state_dirs, lock_store_dir, nobody_serves,
+    refuse_inside_another, workspace_lock, writer_lock,
 };
+use super::paths::{absolute_now, store_lock_file};
 use super::placement::{
-    absolute_now, make_private_dir, others_may_enter, refuse_loose_dir, refuse_loose_store,
-    refuse_nested, refuse_state_dir_in_workspace, remains_of_a_store,
+    make_private_dir, others_may_enter, refuse_loose_dir, refuse_loose_store, refuse_nested,
+    refuse_state_dir_in_workspace, remains_of_a_store,
 };
 use super::plugin_config::{self, DeprecatedFlags, Override};
-use super::{CliResult, Failure};
+use super::{startup, CliResult, Failure};
 use crate::byte_size::ByteSize;
 use crate::edge::{self, ServerSection};
 use crate::limits::LimitsSection;
@@ -188,10 +189,6 @@ pub struct ServeSection {
     pub refusals_per_minute: Option<f64>,
     pub refusal_burst: Option<u32>,
     pub scheduling: Option<Scheduling>,
-}
-
-pub(super) fn startup(stage: &str, detail: impl std::fmt::Display) -> Failure {
-    Failure::fatal(format!("daemon startup failed at {stage}: {detail}"))
 }
 
 /// The least store ceiling `serve` accepts: 1 MiB.
@@ -473,9 +470,9 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
     let db_at = absolute_now(&settings.db);
     let root_at = absolute_now(&settings.workspace_root);
 
-    // Bind policy first: nothing else happens for a non-loopback address.
+    // Bind policy first: nothing else happens for a non-loopback address (refused there, an
+    // IP by `check_loopback` and `localhost` taken as 127.0.0.1).
     let addr = resolve_bind_as(&settings.bind, settings.bind_key)?;
-    server::check_loopback(&addr).map_err(|e| startup("bind-policy", e))?;
     // Before anything is opened or made: a refused start must not have written a store into
     // another daemon's worktree, nor advised removing one there as a store's remains.
     refuse_inside_another(&settings.db, &settings.workspace_root)?;
@@ -702,8 +699,8 @@ impl Fresh {
             }
         }
         if let Some(root) = self.root {
-            let unheld =
-                std::fs::File::open(&root).is_ok_and(|f| matches!(lock_exclusively(&f), Ok(true)));
+            let unheld = std::fs::File::open(&root)
+                .is_ok_and(|f| matches!(crate::flock::exclusive(&f), Ok(true)));
             if unheld {
                 let _ = std::fs::remove_dir(&root);
             }
@@ -1166,7 +1163,8 @@ fn catalog_of(set: &plugins::PluginSet) -> crate::catalog::Catalog {
 }
 
 /// The address to listen on, given as `key` (`--bind`, or the config file's `[serve] bind`),
-/// which its refusals name.
+/// which its refusals name: a loopback address, whatever was given (every other is refused
+/// here).
 pub(super) fn resolve_bind_as(bind: &str, key: &str) -> Result<SocketAddr, Failure> {
     if let Ok(a) = bind.parse::<SocketAddr>() {
         // Refused here, where the flag or file key it came from is known (`0.0.0.0:PORT` is

@@ -919,7 +919,7 @@ fn new(a: NewArgs) -> CliResult {
     {
         return Err(Failure::usage(format!(
             "the workspace root {} is held by another running worldd as its own (its workspace root or its store), not by a daemon serving {}: no daemon serving this store would serve a worktree made there; nothing was made: pass that daemon's --db, or a --workspace-root of this store's",
-            super::placement::real_so_far(&a.workspace_root).display(),
+            super::paths::real_so_far(&a.workspace_root).display(),
             a.db.db.display()
         )));
     }
