@@ -24,16 +24,24 @@ fn small_share_daemon() -> Daemon {
     Daemon::start(&["worldd_workspace"], &["--config", path_str(&config)])
 }
 
+/// What a credential whose share is full is told.
+const SHARE_TEXT: &str = "too many answers to this credential are waiting unread (a quarter of [server] reply_budget_bytes); read them, then retry";
+
 /// `POST /a2a/` of a JSON-RPC request of `method` with `params` (under `A2A-Version: 1.0` for
-/// `SendMessage`), whose answer must be an HTTP 200: its body.
-fn a2a_post(d: &Daemon, token: &str, method: &str, params: Value) -> Value {
+/// `SendMessage`).
+fn a2a_request(d: &Daemon, token: &str, method: &str, params: Value) -> Answer {
     let body = json!({"jsonrpc": "2.0", "id": 5, "method": method, "params": params});
     let headers: &[(&str, &str)] = match method {
         "SendMessage" => &[("A2A-Version", "1.0"), ("Content-Type", "application/json")],
         _ => &[("Content-Type", "application/json")],
     };
     let body = serde_json::to_vec(&body).unwrap();
-    let a = request("POST", &d.url("/a2a/"), Some(token), headers, Some(&body));
+    request("POST", &d.url("/a2a/"), Some(token), headers, Some(&body))
+}
+
+/// [`a2a_request`], whose answer must be an HTTP 200: its body.
+fn a2a_post(d: &Daemon, token: &str, method: &str, params: Value) -> Value {
+    let a = a2a_request(d, token, method, params);
     assert_eq!(a.status, 200, "{}", a.text());
     let v = a.json();
     assert_eq!(v["id"], 5, "{v}");
@@ -58,13 +66,14 @@ fn past_the_refusals_hold() {
     std::thread::sleep(std::time::Duration::from_millis(1100));
 }
 
-/// An A2A `message/send` (or `tasks/get`, `SendMessage`, `tasks/send`) whose answer, a task
+/// An A2A `message/send` (or `SendMessage`, `tasks/send`) whose answer, a task
 /// with the call's output in its artifact, found no room in its credential's share (another
 /// answer of its held unread) was replaced by a bare `503` after the call ran: its units spent,
 /// its entry committed, and the agent told nothing of it. It is sent withheld now: the same
 /// envelope and task (id, context, state, metadata with the output ref), its output part a text
 /// part saying it ran and how to read it; the output is then read by its ref. A small answer in
-/// the same conditions is sent whole, as ever.
+/// the same conditions is sent whole, as ever; a read-back or a resend, which run nothing, get
+/// the 503.
 #[test]
 fn a2a_tasks_whose_answer_finds_no_room_in_the_reply_share_are_answered_withheld_not_503() {
     let d = small_share_daemon();
@@ -103,20 +112,22 @@ fn a2a_tasks_whose_answer_finds_no_room_in_the_reply_share_are_answered_withheld
     assert!(metadata["entry_index"].is_u64(), "{v}");
     let output = metadata["output_ref"].as_str().unwrap().to_owned();
 
-    // Read back, the same task, withheld the same way.
+    // Read back, or sent again under its task id: nothing runs, so nothing is withheld (the
+    // form is counted outside the share: free asks would fill the budget with it); the 503.
     past_the_refusals_hold();
-    let v = a2a_post(&d, &token, "tasks/get", json!({"id": "read-1"}));
-    assert_eq!(v["result"]["status"]["state"], "completed", "{v}");
-    assert_eq!(
-        v["result"]["artifacts"][0]["parts"],
-        json!([{"kind": "text", "text": WITHHELD_TASK}]),
-        "{v}"
+    let read_back = a2a_request(&d, &token, "tasks/get", json!({"id": "read-1"}));
+    assert_eq!(read_back.status, 503, "{}", read_back.text());
+    assert_eq!(read_back.json()["error"]["message"], SHARE_TEXT);
+    past_the_refusals_hold();
+    let again = a2a_request(
+        &d,
+        &token,
+        "message/send",
+        json!({"message": {"role": "user", "messageId": "read-1",
+                           "parts": [{"kind": "data", "data": {"path": "big.txt"}}],
+                           "metadata": {"skillId": "ailang-read"}}}),
     );
-    assert_eq!(
-        v["result"]["metadata"]["output_ref"],
-        output.as_str(),
-        "{v}"
-    );
+    assert_eq!(again.status, 503, "{}", again.text());
 
     // 1.0's send: its task in `task`, its text part 1.0's.
     past_the_refusals_hold();

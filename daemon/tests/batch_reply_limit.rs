@@ -182,9 +182,15 @@ fn calls_whose_answer_finds_no_room_in_the_reply_share_are_answered_withheld_not
         .unwrap()
         .to_owned();
 
-    // A single call is answered the same way (once the second the refusal holds is over).
+    // A single call is answered the same way (once the second the refusal holds is over), a
+    // keyed one too; its resend runs nothing, so it gets the 503 (a withheld form is counted
+    // outside the share: free resends would fill the budget with it).
     std::thread::sleep(std::time::Duration::from_millis(1100));
-    let v = tools_call(&d, &token, "ailang-read", json!({"path": "big.txt"}));
+    let keyed = json!({"name": "ailang-read", "arguments": {"path": "big.txt"},
+                       "_meta": {"world/idempotencyKey": "big-once"}});
+    let a = mcp(&d, &token, "tools/call", keyed.clone());
+    assert_eq!(a.status, 200, "{}", a.text());
+    let v = a.rpc_json();
     assert_eq!(v["error"]["code"], -32603, "{v}");
     assert!(
         v["error"]["message"]
@@ -193,6 +199,10 @@ fn calls_whose_answer_finds_no_room_in_the_reply_share_are_answered_withheld_not
             .starts_with("not sent: this call's reply was too large"),
         "{v}"
     );
+    assert_eq!(v["error"]["data"]["world/replayed"], false, "{v}");
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let again = mcp(&d, &token, "tools/call", keyed);
+    assert_eq!(again.status, 503, "{}", again.text());
 
     // Under 2026-07-28 too, with that revision's status for the error.
     std::thread::sleep(std::time::Duration::from_millis(1100));

@@ -46,6 +46,8 @@ pub(super) fn success(
 ) -> Response {
     match committed_task(method, task_id, context_id, out, outcome) {
         // 1.0 answers a send with the task in `task` (a send may also answer a message).
+        // A replay (its task id resent) ran nothing this time: the 503, as for a read-back.
+        Ok(task) if out.replayed => rpc_result(id, task.result(method == Method::SendMessage)),
         Ok(task) => super::withheld::committed(id, task, method == Method::SendMessage),
         Err(why) => rpc_error(id, -32603, why),
     }

@@ -82,7 +82,10 @@ pub(super) async fn answer(
         TaskView::Committed { output, .. } => {
             let outcome = outcome::of_output(output, class);
             return match committed_task(shape, &task_id, context_id, output, &outcome) {
-                Ok(task) => super::withheld::committed(id, task, false),
+                // A read-back ran nothing and costs nothing to ask again: past the budget it
+                // gets the 503 as before, never a withheld form (which the budget counts
+                // outside the credential's share).
+                Ok(task) => rpc_result(id, task.result(false)),
                 Err(answer) => rpc_error(id, -32603, answer),
             };
         }

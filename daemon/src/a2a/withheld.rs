@@ -34,8 +34,9 @@ pub(super) const TEXT: &str = "not sent: this task's output was too large to hol
 /// [`UNCOUNTED_BYTES`] (the budget never counts a smaller one, so no stand-in is built for it)
 /// whose output passes [`KEPT_BYTES`], and whose form stays within [`WITHHELD_MOST_BYTES`] (the
 /// task's other members are short, but the request's id, echoed, may be long: past the bound
-/// the answer gets the `503` as before). Only a committed task's answer has one: the call ran
-/// (read back by `tasks/get`, it ran when it was sent); errors and other answers ran nothing.
+/// the answer gets the `503` as before). Only the answer of the send that ran the call has
+/// one: a read-back (`tasks/get`) or a replay (its task id resent) ran nothing and costs nothing
+/// to ask again, and errors ran nothing.
 pub(super) fn committed(id: &Value, mut task: CommittedTask<'_>, sent: bool) -> Response {
     let mut answer = rpc_result(id, task.result(sent));
     let size = axum::body::HttpBody::size_hint(answer.body()).exact();

@@ -32,14 +32,16 @@ pub(super) const ERROR_TEXT: &str = "not sent whole: this error's reply was too 
 pub(super) const ERROR_KEPT_BYTES: usize = 256;
 
 /// Whether `reply` answers a call that ran: a `tools/call`'s result (a committed entry, denied
-/// and refused calls included). Errors ran nothing: a call that ran is answered by a result.
+/// and refused calls included). Errors ran nothing: a call that ran is answered by a result. A
+/// replay (a committed key resent) ran nothing either, and costs nothing to ask again: without
+/// this, resends of one large call were a free way to fill the budget outside the share.
 pub(super) fn ran(reply: &Reply) -> bool {
     matches!(
         reply,
         Reply::Result {
-            result: MethodResult::Call(_),
+            result: MethodResult::Call(call),
             ..
-        }
+        } if !call.replayed()
     )
 }
 

@@ -38,6 +38,11 @@ pub(in crate::mcp) struct CallToolResult {
 }
 
 impl CallToolResult {
+    /// Whether the call was a resend of a committed key, answered without running.
+    pub(in crate::mcp) fn replayed(&self) -> bool {
+        self.meta.replayed
+    }
+
     /// The result's `_meta` alone, as a JSON value (`null` where it cannot be written: it
     /// always can, its keys being strings).
     pub(in crate::mcp) fn meta_value(&self) -> serde_json::Value {
