@@ -81,10 +81,9 @@ pub fn run(mut a: QuickstartArgs) -> CliResult {
     broker_core::session::validate_episode(&a.episode)
         .map_err(|e| Failure::usage(e.to_string()))?;
     // The address goes into the printed configuration even with `--print-only`: one `serve`
-    // would refuse is refused now, as `serve` refuses it.
+    // would refuse is refused now, as `serve` refuses it (`resolve_bind_as` checks it is
+    // loopback, naming where it came from).
     let addr = serve::resolve_bind_as(&bind, bind_key)?;
-    crate::server::check_loopback(&addr)
-        .map_err(|e| Failure::fatal(format!("daemon startup failed at bind-policy: {e}")))?;
     // `--dir` is made after the question: a file in its way is said before it.
     let standing = a
         .dir
