@@ -10,20 +10,6 @@ use serde_json::{json, Value};
 /// What stands in a withheld task's output.
 const WITHHELD_TASK: &str = "not sent: this task's output was too large to hold while the reply budget has no room for it ([server] reply_budget_bytes, a quarter of it per credential); the call was answered and committed: the task's status and metadata are as committed (metadata.outcome says how it ended); read its output by metadata.output_ref (GET /v1/objects/REF?payload=true), or read the task again later with tasks/get (GetTask); sending the same message again runs nothing twice (its task id is the idempotency key)";
 
-/// A daemon whose credentials have a 1 MiB share of a 4 MiB reply budget, whose small send
-/// buffer leaves an answer read by nobody waiting in it.
-fn small_share_daemon() -> Daemon {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("world.toml");
-    std::fs::write(
-        &config,
-        "[server]\nreply_budget_bytes = \"4MiB\"\nsend_buffer_bytes = 16384\nsend_timeout_ms = 30000\n",
-    )
-    .unwrap();
-    // The file is read at start: the daemon needs it no longer.
-    Daemon::start(&["worldd_workspace"], &["--config", path_str(&config)])
-}
-
 /// What a credential whose share is full is told.
 const SHARE_TEXT: &str = "too many answers to this credential are waiting unread (a quarter of [server] reply_budget_bytes); read them, then retry";
 
@@ -180,19 +166,8 @@ fn a2a_tasks_whose_answer_finds_no_room_in_the_reply_share_are_answered_withheld
     assert_eq!(part["kind"], "data", "{v}");
     assert!(part["data"].is_object(), "{v}");
 
-    // Once the held answer is gone (the daemon frees its share when it sees the connection
-    // close), the output is read by its ref.
-    drop(holder);
-    let got = until("the held answer's share to be freed", || {
-        let got = get(
-            &d.url(&format!("/v1/objects/{output}?payload=true")),
-            Some(&token),
-        );
-        (got.status != 503).then_some(got)
-    });
-    assert_eq!(got.status, 200, "{}", got.text());
-    let object = got.json();
-    assert_eq!(object["hash"], output.as_str());
+    // Once the held answer is gone, the output is read by its ref.
+    let object = object_once_the_held_answer_is_gone(&d, &token, &output, holder);
     assert!(object["payload"].as_str().unwrap().len() > 150_000);
     // And the task read back whole.
     let v = a2a_post(&d, &token, "tasks/get", json!({"id": "read-1"}));

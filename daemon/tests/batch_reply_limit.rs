@@ -92,20 +92,6 @@ fn reply_bytes_stays_within_half_a_credentials_reply_share() {
     );
 }
 
-/// A daemon whose credentials have a 1 MiB share of a 4 MiB reply budget (`reply_bytes`
-/// follows at 512 KiB), whose small send buffer leaves an answer read by nobody waiting in it.
-fn small_share_daemon() -> Daemon {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("world.toml");
-    std::fs::write(
-        &config,
-        "[server]\nreply_budget_bytes = \"4MiB\"\nsend_buffer_bytes = 16384\nsend_timeout_ms = 30000\n",
-    )
-    .unwrap();
-    // The file is read at start: the daemon needs it no longer.
-    Daemon::start(&["worldd_workspace"], &["--config", path_str(&config)])
-}
-
 /// An answer of `token`'s held unread (two writes of its, under `Workspace.Write`), sized to
 /// leave about 2 KiB of its 1 MiB share (of [`small_share_daemon`]'s budget): its requests
 /// run (the share is not full), and no answer past about 18 KiB fits what is left. The
@@ -216,19 +202,8 @@ fn calls_whose_answer_finds_no_room_in_the_reply_share_are_answered_withheld_not
     );
     assert!(v["error"]["data"]["world/invocationId"].is_string(), "{v}");
 
-    // Once the held answer is gone (the daemon frees its share when it sees the connection
-    // close), the result is read by its output ref.
-    drop(holder);
-    let got = until("the held answer's share to be freed", || {
-        let got = get(
-            &d.url(&format!("/v1/objects/{output}?payload=true")),
-            Some(&token),
-        );
-        (got.status != 503).then_some(got)
-    });
-    assert_eq!(got.status, 200, "{}", got.text());
-    let object = got.json();
-    assert_eq!(object["hash"], output.as_str());
+    // Once the held answer is gone, the result is read by its output ref.
+    let object = object_once_the_held_answer_is_gone(&d, &token, &output, holder);
     assert!(object["payload"].as_str().unwrap().len() > 150_000);
 }
 

@@ -1441,3 +1441,40 @@ pub fn until<T>(what: &str, mut attempt: impl FnMut() -> Option<T>) -> T {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// A daemon whose credentials have a 1 MiB share of a 4 MiB reply budget (`reply_bytes`
+/// follows at 512 KiB), whose small send buffer leaves an answer read by nobody waiting in it.
+pub fn small_share_daemon() -> Daemon {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("world.toml");
+    std::fs::write(
+        &config,
+        "[server]\nreply_budget_bytes = \"4MiB\"\nsend_buffer_bytes = 16384\nsend_timeout_ms = 30000\n",
+    )
+    .unwrap();
+    // The file is read at start: the daemon needs it no longer.
+    Daemon::start(&["worldd_workspace"], &["--config", path_str(&config)])
+}
+
+/// The object `output` read by `token` with its payload, once `holder`, the connection holding
+/// an unread answer of `token`'s, is closed and the daemon has freed its share (which it does
+/// when it sees the connection close).
+pub fn object_once_the_held_answer_is_gone(
+    d: &Daemon,
+    token: &str,
+    output: &str,
+    holder: std::net::TcpStream,
+) -> Value {
+    drop(holder);
+    let got = until("the held answer's share to be freed", || {
+        let got = get(
+            &d.url(&format!("/v1/objects/{output}?payload=true")),
+            Some(token),
+        );
+        (got.status != 503).then_some(got)
+    });
+    assert_eq!(got.status, 200, "{}", got.text());
+    let object = got.json();
+    assert_eq!(object["hash"], output);
+    object
+}
