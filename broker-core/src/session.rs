@@ -253,10 +253,15 @@ fn encode(s: &Session) -> Result<Vec<u8>, SessionError> {
     canon::to_vec(&v).map_err(|e| SessionError::Unencodable(e.to_string()))
 }
 
+/// The record stored under credential id `id`. One that names another credential than its key
+/// (a record copied or restored under the wrong key) is damaged, as one that does not parse:
+/// taken at its word, revoking it by the id it names removed another, live credential, and
+/// left it in place.
 fn decode(id: &str, bytes: &[u8]) -> Result<Session, SessionError> {
     canon::parse(bytes)
         .ok()
-        .and_then(|v| serde_json::from_value(v).ok())
+        .and_then(|v| serde_json::from_value::<Session>(v).ok())
+        .filter(|s| s.credential_id == id)
         .ok_or_else(|| SessionError::Corrupt(id.to_owned()))
 }
 
@@ -588,6 +593,7 @@ pub fn revoke_expired(store: &Store, now: i64) -> Result<Vec<Session>, SessionEr
                 _ => {}
             }
         }
+        // By the key each was read under (which `decode` holds equal to its credential id).
         for s in &expired {
             SESSIONS.delete(w, &s.credential_id)?;
         }
@@ -619,6 +625,38 @@ mod tests {
 
     fn grant(text: &str) -> Grant {
         text.parse().unwrap()
+    }
+
+    /// A record that decodes but names another credential than the key it is stored under (a
+    /// record copied or restored under the wrong key) was taken at its word: `revoke
+    /// --expired` deleted the live credential it named and kept itself, saying "revoked" on
+    /// every run. It is damaged: listed as such, authenticating nothing, left to `revoke` by
+    /// its key.
+    #[test]
+    fn a_record_naming_another_credential_than_its_key_is_damaged_and_revokes_nothing_else() {
+        let (_dir, store) = store();
+        let live = mint(&store, "a", vec![grant("Fs.Read=worktree:5")], 3600, 100).unwrap();
+        let mut stray = live.session.clone();
+        stray.expires_at = 50;
+        let key = "e".repeat(64);
+        let bytes = encode(&stray).unwrap();
+        let k = key.clone();
+        store.write(move |w| SESSIONS.put(w, &k, &bytes)).unwrap();
+        assert!(matches!(
+            lookup(&store, &key),
+            Err(SessionError::Corrupt(_))
+        ));
+        let listed = list(&store).unwrap();
+        assert_eq!(listed.damaged, [key.clone()]);
+        assert_eq!(listed.sessions, [live.session.clone()]);
+        assert!(revoke_expired(&store, 200).unwrap().is_empty());
+        assert_eq!(
+            lookup(&store, &live.session.credential_id).unwrap(),
+            Some(live.session.clone())
+        );
+        // Removed by its key, as damaged records are.
+        assert!(revoke(&store, &key).unwrap());
+        assert_eq!(list(&store).unwrap().damaged, Vec::<String>::new());
     }
 
     #[test]
