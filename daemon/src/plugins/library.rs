@@ -149,6 +149,7 @@ fn search_paths(file: &std::fs::File) -> Option<Vec<Vec<u8>>> {
     const DT_STRTAB: u64 = 5;
     const DT_RPATH: u64 = 15;
     const DT_RUNPATH: u64 = 29;
+    const MOST_PATHS: usize = 16;
     let read = |at: u64, len: usize| -> Option<Vec<u8>> {
         let mut bytes = vec![0u8; len];
         let n = file.read_at(&mut bytes, at).ok()?;
@@ -190,7 +191,9 @@ fn search_paths(file: &std::fs::File) -> Option<Vec<Vec<u8>>> {
         match u64_at(entry, 0)? {
             DT_NULL => break,
             DT_STRTAB => strtab = Some(u64_at(entry, 8)?),
-            DT_RPATH | DT_RUNPATH => at.push(u64_at(entry, 8)?),
+            // A real library has one RUNPATH and at most one RPATH (the loader keeps one of
+            // each); a section of 65,536 of them read 4 KiB each, 256 MiB held at once.
+            DT_RPATH | DT_RUNPATH if at.len() < MOST_PATHS => at.push(u64_at(entry, 8)?),
             _ => {}
         }
     }
@@ -206,6 +209,7 @@ fn search_paths(file: &std::fs::File) -> Option<Vec<Vec<u8>>> {
         .map(|name| {
             let mut text = read(strtab.checked_add(name)?, 4096)?;
             text.truncate(text.iter().position(|&b| b == 0)?);
+            text.shrink_to_fit();
             Some(text)
         })
         .collect()
@@ -252,6 +256,48 @@ mod tests {
         for junk in [&b""[..], b"\x7fELF", b"$ORIGIN $ORIGIN", &[0xff; 200]] {
             assert_eq!(super::search_paths(&file_of(junk)), None);
         }
+    }
+
+    /// A dynamic section of thousands of RUNPATH entries (a 1 MiB section holds 65,536) read
+    /// 4 KiB for each and held them all: 256 MiB from a 1 MiB file. At most 16 are read.
+    #[test]
+    fn a_dynamic_section_of_thousands_of_runpaths_reads_sixteen() {
+        let mut head = vec![0u8; 64];
+        head[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        head[32..40].copy_from_slice(&64u64.to_le_bytes());
+        head[54..56].copy_from_slice(&56u16.to_le_bytes());
+        head[56..58].copy_from_slice(&2u16.to_le_bytes());
+        let header = |kind: u32, offset: u64, filesz: u64| {
+            let mut ph = vec![0u8; 56];
+            ph[..4].copy_from_slice(&kind.to_le_bytes());
+            ph[8..16].copy_from_slice(&offset.to_le_bytes());
+            ph[32..40].copy_from_slice(&filesz.to_le_bytes());
+            ph
+        };
+        // The string table right after the headers: one path; then the dynamic section.
+        let strings = b"$ORIGIN/lib\0".to_vec();
+        let strtab = 64 + 2 * 56;
+        let dynamic_at = strtab + strings.len() as u64;
+        let mut words = vec![5u64, strtab];
+        for _ in 0..10_000 {
+            words.extend([29, 0]);
+        }
+        words.extend([0, 0]);
+        let dynamic: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let len = dynamic_at + dynamic.len() as u64;
+        let file = [
+            head,
+            header(2, dynamic_at, dynamic.len() as u64),
+            // Addresses are file offsets: one segment maps the whole file at 0.
+            header(1, 0, len),
+            strings,
+            dynamic,
+        ]
+        .concat();
+        let paths = super::search_paths(&file_of(&file)).unwrap();
+        assert_eq!(paths.len(), 16);
+        assert!(paths.iter().all(|p| p == b"$ORIGIN/lib"));
+        assert!(super::names_origin(&file_of(&file)));
     }
 
     /// A loadable segment whose file offset is near 2^64: the string table's offset through it
