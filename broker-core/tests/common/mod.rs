@@ -311,22 +311,38 @@ pub fn output_json(out: &CallOutput) -> Value {
     serde_json::from_slice(&out.output).unwrap()
 }
 
+/// A test that needs to mount (root) and could not: `None`, and the test skips, unless
+/// `WORLDD_TESTS_REQUIRE_MOUNTS` is set (CI runs as root), where a skip would report a pass
+/// for a test that never ran. The daemon's tests follow the same rule.
+pub fn mount_failed<T>(what: &str) -> Option<T> {
+    if std::env::var_os("WORLDD_TESTS_REQUIRE_MOUNTS").is_some_and(|v| !v.is_empty()) {
+        panic!("{what} failed, and WORLDD_TESTS_REQUIRE_MOUNTS is set");
+    }
+    None
+}
+
 /// A small tmpfs mounted on a temporary directory, unmounted on drop: a real filesystem that
-/// runs out of space. `None` when this process may not mount (not root).
+/// runs out of space. `None` when this process may not mount (not root; see [`mount_failed`]).
 pub struct Tmpfs {
     pub dir: tempfile::TempDir,
 }
 
 impl Tmpfs {
     pub fn mount(bytes: u64) -> Option<Tmpfs> {
-        let dir = tempfile::tempdir().ok()?;
+        let dir = match tempfile::tempdir() {
+            Ok(dir) => dir,
+            Err(e) => return mount_failed(&format!("making a directory to mount on ({e})")),
+        };
         let ok = std::process::Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
             .arg(dir.path())
             .stderr(std::process::Stdio::null())
             .status()
             .is_ok_and(|s| s.success());
-        ok.then_some(Tmpfs { dir })
+        if !ok {
+            return mount_failed("mounting a tmpfs");
+        }
+        Some(Tmpfs { dir })
     }
 }
 
