@@ -647,8 +647,8 @@ mod tests {
             Err(SessionError::Corrupt(_))
         ));
         let listed = list(&store).unwrap();
-        assert_eq!(listed.damaged, [key.clone()]);
-        assert_eq!(listed.sessions, [live.session.clone()]);
+        assert_eq!(listed.damaged, std::slice::from_ref(&key));
+        assert_eq!(listed.sessions, std::slice::from_ref(&live.session));
         assert!(revoke_expired(&store, 200).unwrap().is_empty());
         assert_eq!(
             lookup(&store, &live.session.credential_id).unwrap(),

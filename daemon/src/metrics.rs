@@ -480,8 +480,14 @@ impl Metrics {
         counter(
             &mut out,
             "worldd_commit_split_batches_total",
-            "Group commits that failed for room (a full disk, the store's ceiling) and whose operations were then committed one by one, so that only those that did not fit failed.",
+            "Group commits that failed for room (a full disk, the store's ceiling) and whose operations were then committed in parts, so that only those that did not fit failed.",
             &load(&stats.split_batches),
+        );
+        counter(
+            &mut out,
+            "worldd_commit_split_commits_total",
+            "Commits those parts took (their time is in worldd_commit_seconds_total).",
+            &load(&stats.split_commits),
         );
         counter(
             &mut out,

@@ -166,7 +166,9 @@ fn a_rebuilt_batch_raises_the_commit_signal_once_and_is_counted_once() {
 }
 
 /// A tmpfs of `bytes` mounted on a temporary directory, unmounted on drop: a disk that fills.
-/// `None` where this process may not mount (not root).
+/// `None` where this process may not mount (not root), unless `WORLDD_TESTS_REQUIRE_MOUNTS` is
+/// set (CI runs as root, where a skip would report a pass): then the test fails. (The
+/// integration tests' harness has the same rule; a unit test cannot use it.)
 struct SmallDisk(tempfile::TempDir);
 
 impl SmallDisk {
@@ -178,8 +180,72 @@ impl SmallDisk {
             .stderr(std::process::Stdio::null())
             .status()
             .is_ok_and(|s| s.success());
+        let required =
+            std::env::var_os("WORLDD_TESTS_REQUIRE_MOUNTS").is_some_and(|v| !v.is_empty());
+        assert!(
+            mounted || !required,
+            "mounting a tmpfs failed, and WORLDD_TESTS_REQUIRE_MOUNTS is set"
+        );
         mounted.then_some(SmallDisk(dir))
     }
+
+    /// Another program takes all but `left` bytes of the disk.
+    fn fill_all_but(&self, left: u64) {
+        use std::io::Write as _;
+        let free = crate::capacity::disk_free(self.0.path()).unwrap();
+        let mut filler = std::fs::File::create(self.0.path().join("filler")).unwrap();
+        let chunk = vec![7u8; 64 << 10];
+        let mut more = free.saturating_sub(left);
+        while more > 0 {
+            let n = more.min(chunk.len() as u64) as usize;
+            if filler.write_all(&chunk[..n]).is_err() {
+                break;
+            }
+            more -= n as u64;
+        }
+        let _ = filler.sync_all();
+    }
+
+    /// A store on this disk, its ceiling far above it and no reserve: the filesystem is what
+    /// runs out.
+    fn store(&self) -> Store {
+        const MIB: u64 = 1 << 20;
+        Store::open(
+            &self.0.path().join("db"),
+            StoreOptions {
+                ceiling: Some(64 * MIB),
+                reserve: Some(0),
+                create: true,
+                ..StoreOptions::default()
+            },
+        )
+        .unwrap()
+    }
+}
+
+/// `objects`, each a queued write, built into one group commit by a writer over `store`;
+/// whether each was stored, as answered and as read back.
+fn one_group_commit(
+    store: &Store,
+    objects: Vec<Object>,
+) -> (Vec<Result<(), StoreError>>, Vec<bool>) {
+    let inner = &store.inner;
+    let refs: Vec<Ref> = objects.iter().map(|o| o.hash).collect();
+    let (mut batch, replies): (Vec<Job>, Vec<Reply>) = objects
+        .into_iter()
+        .map(|o| job(o, false, Arc::default(), inner.map_size))
+        .unzip();
+    let outcome = writer_of(inner).build_and_commit(&mut batch, Instant::now());
+    let commit_error = outcome.as_ref().err().cloned();
+    for j in batch {
+        j.answer(commit_error.as_ref());
+    }
+    let results = replies.into_iter().map(Submitted::wait).collect();
+    let stored = refs
+        .iter()
+        .map(|r| store.read(|rd| rd.object(r)).unwrap().is_some())
+        .collect();
+    (results, stored)
 }
 
 impl Drop for SmallDisk {
@@ -203,61 +269,58 @@ fn a_large_write_that_meets_a_full_disk_at_its_group_commit_does_not_fail_the_sm
         eprintln!("skipped: mounting a tmpfs needs root");
         return;
     };
-    // A ceiling far above the disk and no reserve: the filesystem is what runs out.
-    let store = Store::open(
-        &disk.0.path().join("db"),
-        StoreOptions {
-            ceiling: Some(64 * MIB),
-            reserve: Some(0),
-            create: true,
-            ..StoreOptions::default()
-        },
-    )
-    .unwrap();
-    // Another program takes all but 256 KiB of the disk.
-    {
-        use std::io::Write as _;
-        let free = crate::capacity::disk_free(disk.0.path()).unwrap();
-        let mut filler = std::fs::File::create(disk.0.path().join("filler")).unwrap();
-        let chunk = vec![7u8; 64 << 10];
-        let mut left = free.saturating_sub(256 << 10);
-        while left > 0 {
-            let n = left.min(chunk.len() as u64) as usize;
-            filler.write_all(&chunk[..n]).unwrap();
-            left -= n as u64;
-        }
-        filler.sync_all().unwrap();
-    }
-    let inner = &store.inner;
-    let objects = [
-        Object::new("world/test/v1", "t", b"a small read's entry".to_vec()),
+    let store = disk.store();
+    disk.fill_all_but(256 << 10);
+    // Fifteen small reads of other episodes, and one large write second among them.
+    let mut objects: Vec<Object> = (0..15)
+        .map(|i| Object::new("world/test/v1", "t", format!("read {i}").into_bytes()))
+        .collect();
+    objects.insert(
+        1,
         Object::new("world/test/v1", "t", vec![1u8; MIB as usize]),
-        Object::new("world/test/v1", "t", b"another episode's read".to_vec()),
-        Object::new("world/test/v1", "t", b"a third".to_vec()),
-    ];
-    let refs: Vec<Ref> = objects.iter().map(|o| o.hash).collect();
-    let (mut batch, replies): (Vec<Job>, Vec<Reply>) = objects
-        .into_iter()
-        .map(|o| job(o, false, Arc::default(), inner.map_size))
-        .unzip();
-    let outcome = writer_of(inner).build_and_commit(&mut batch, Instant::now());
-    assert!(matches!(outcome, Ok(true)), "{outcome:?}");
-    for j in batch {
-        j.answer(None);
-    }
-    let results: Vec<Result<(), StoreError>> = replies.into_iter().map(Submitted::wait).collect();
+    );
+    let (results, stored) = one_group_commit(&store, objects);
     let ok: Vec<bool> = results.iter().map(Result::is_ok).collect();
-    assert_eq!(ok, [true, false, true, true], "{results:?}");
+    let mut expected = [true; 16];
+    expected[1] = false;
+    assert_eq!(ok, expected, "{results:?}");
     assert!(
         results[1].as_ref().unwrap_err().is_disk_full(),
         "{results:?}"
     );
-    let stored: Vec<bool> = refs
-        .iter()
-        .map(|r| store.read(|rd| rd.object(r)).unwrap().is_some())
-        .collect();
     assert_eq!(stored, ok);
-    assert_eq!(store.stats().split_batches.load(Ordering::SeqCst), 1);
+    let stats = store.stats();
+    assert_eq!(stats.split_batches.load(Ordering::SeqCst), 1);
+    // Halves of 8, of 4, of 2, of 1, each failing first half split again: 8 commits, not 16.
+    assert_eq!(stats.split_commits.load(Ordering::SeqCst), 8);
+}
+
+/// A disk that takes nothing more: the split stops at its first two halves instead of paying a
+/// commit and a sync for every operation, and every operation holds the room error, as the
+/// whole batch did.
+#[test]
+fn a_group_commit_on_a_disk_that_takes_nothing_is_split_once_not_per_operation() {
+    const MIB: u64 = 1 << 20;
+    let Some(disk) = SmallDisk::mount(4 * MIB) else {
+        eprintln!("skipped: mounting a tmpfs needs root");
+        return;
+    };
+    let store = disk.store();
+    disk.fill_all_but(0);
+    let objects = (0..64)
+        .map(|i| Object::new("world/test/v1", "t", vec![i as u8; 64 << 10]))
+        .collect();
+    let (results, stored) = one_group_commit(&store, objects);
+    assert!(
+        results
+            .iter()
+            .all(|r| r.as_ref().is_err_and(StoreError::is_disk_full)),
+        "{results:?}"
+    );
+    assert!(stored.iter().all(|s| !s));
+    let stats = store.stats();
+    assert_eq!(stats.split_batches.load(Ordering::SeqCst), 1);
+    assert_eq!(stats.split_commits.load(Ordering::SeqCst), 2);
 }
 
 #[test]

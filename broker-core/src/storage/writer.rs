@@ -33,7 +33,8 @@ pub(super) fn follow_wait() -> FollowWait {
 
 /// Called on the writer thread after each group commit, before its callers are answered, with
 /// the batch's operation count and whether the commit succeeded (profiling tools: the page
-/// census of `benches/store_pages.rs`).
+/// census of `benches/store_pages.rs`). A batch split after failing for room
+/// ([`Writer::commit_split`]) is told once, as the batch it was.
 #[doc(hidden)]
 pub type CommitObserver = Box<dyn FnMut(usize, bool) + Send>;
 pub(super) type ObserverSlot = Arc<Mutex<Option<CommitObserver>>>;
@@ -134,8 +135,12 @@ pub struct WriterStats {
     /// them failed in the first.
     pub rebuilt_batches: AtomicU64,
     /// Batches whose commit failed for room (a full disk, the map's ceiling) and whose
-    /// operations were then committed one by one ([`Writer::commit_each_alone`]).
+    /// operations were then committed in parts ([`Writer::commit_split`]).
     pub split_batches: AtomicU64,
+    /// The commits those parts took (their time is in `commit_nanos`).
+    pub split_commits: AtomicU64,
+    /// Whether the last group commit was split: the split's WARN is said once until one fits.
+    pub(crate) splitting: std::sync::atomic::AtomicBool,
     /// Times the store's map was released because the process's file-backed resident memory
     /// had grown by the budget ([`super::Store::keep_resident_under`]).
     pub map_releases: AtomicU64,
@@ -390,46 +395,28 @@ impl Writer {
             })
     }
 
-    /// Build one group commit from `batch` and commit it (its pages synced, its meta page
-    /// written: the syncing thread makes it durable); `Ok(false)` when
-    /// no transaction could begin (every operation then holds that error).
-    ///
-    /// Every operation first runs straight in the batch's transaction: nested transactions cost
-    /// each operation a copy of every page it touches that the batch has already touched. If
-    /// one fails, its partial writes are in that transaction, so it is aborted and the batch is
-    /// built again with every other operation in its own nested transaction (as if each had
-    /// been alone), the failed one keeping its error. Operations before it run twice; none
-    /// runs more than twice, unless the commit then fails for room
-    /// ([`Writer::commit_each_alone`]). The map lock is held shared from each transaction's
-    /// beginning to its end, and the size gauge is read after the commit.
-    pub(super) fn build_and_commit(
-        &self,
-        batch: &mut [Job],
-        started: Instant,
-    ) -> Result<bool, StoreError> {
+    /// Begin a write transaction under the writer's checks, before anything runs in it: the
+    /// store's files replaced under this process (a commit would go to files no path names any
+    /// more), its data file rolled back, or its log replaced by another daemon's; each is the
+    /// wedged store's error, the transaction undone.
+    fn checked_begin(&self) -> Result<Held<'_, RwTxn<'_>>, StoreError> {
         let (env, dbs, map_size) = (&self.env, &self.dbs[..], self.map_size);
         let state = &*self.state;
-        // The store's files were replaced under this process: a commit would go to files no
-        // path names any more (queued before that was seen; nothing is queued after).
         if self.map.replaced.get().is_some() {
-            let err = self.map.wedged();
-            batch.iter_mut().for_each(|job| job.fail(&err));
-            return Ok(false);
+            return Err(self.map.wedged());
         }
-        let mut held = match self.begin() {
-            Ok(held) => held,
-            Err(err) => {
-                // Each job must still answer: nothing ran, nothing was committed.
-                batch.iter_mut().for_each(|job| job.fail(&err));
-                return Ok(false);
-            }
+        let mut held = self.begin()?;
+        let refuse = |held: Held<'_, RwTxn<'_>>| {
+            let Held { txn, _shared } = held;
+            txn.abort();
+            drop(_shared);
+            Err(self.map.wedged())
         };
         // Under the writer's lock, before anything runs: a data file rolled back under this
         // process is seen before a commit of this one would cover it (LMDB numbers a write
         // transaction from the lock file, not from the data file's meta pages).
         if self.map.rolled_back(env) {
-            refuse_all(held, batch, &self.map.wedged());
-            return Ok(false);
+            return refuse(held);
         }
         // Another transaction than this writer's came last: a second process's (a session
         // mint), which leaves the log alone, or a copy put over the data file that another
@@ -448,16 +435,45 @@ impl Writer {
             match found {
                 Some(found) if found != self.log_tip.get() => {
                     self.map.log_replaced(self.log_tip.get(), found);
-                    refuse_all(held, batch, &self.map.wedged());
-                    return Ok(false);
+                    return refuse(held);
                 }
                 // The same log (or a row that cannot be read: the operations meet it
-                // themselves and say so): the commits were another process's.
+                // themselves and say so): the commits were another process's, or the split's
+                // own ([`Writer::commit_split`]).
                 _ => {
                     self.map.ours.fetch_max(now, Ordering::AcqRel);
                 }
             }
         }
+        Ok(held)
+    }
+
+    /// Build one group commit from `batch` and commit it (its pages synced, its meta page
+    /// written: the syncing thread makes it durable); `Ok(false)` when
+    /// no transaction could begin (every operation then holds that error).
+    ///
+    /// Every operation first runs straight in the batch's transaction: nested transactions cost
+    /// each operation a copy of every page it touches that the batch has already touched. If
+    /// one fails, its partial writes are in that transaction, so it is aborted and the batch is
+    /// built again with every other operation in its own nested transaction (as if each had
+    /// been alone), the failed one keeping its error. Operations before it run twice; none
+    /// runs more than twice, unless the commit then fails for room ([`Writer::commit_split`]). The map lock is held shared from each transaction's
+    /// beginning to its end, and the size gauge is read after the commit.
+    pub(super) fn build_and_commit(
+        &self,
+        batch: &mut [Job],
+        started: Instant,
+    ) -> Result<bool, StoreError> {
+        let (env, dbs, map_size) = (&self.env, &self.dbs[..], self.map_size);
+        let state = &*self.state;
+        let mut held = match self.checked_begin() {
+            Ok(held) => held,
+            Err(err) => {
+                // Each job must still answer: nothing ran, nothing was committed.
+                batch.iter_mut().for_each(|job| job.fail(&err));
+                return Ok(false);
+            }
+        };
         let mut failed = None;
         let mut appended = None;
         for (i, job) in batch.iter_mut().enumerate() {
@@ -475,7 +491,7 @@ impl Writer {
             drop(_shared);
             (self.ended)(state, Ended::Undone);
             self.stats.rebuilt_batches.fetch_add(1, Ordering::Relaxed);
-            held = match self.begin() {
+            held = match self.checked_begin() {
                 Ok(held) => held,
                 Err(err) => {
                     for (i, job) in batch.iter_mut().enumerate() {
@@ -523,66 +539,125 @@ impl Writer {
             .fetch_add(nanos(committed - built), Ordering::Relaxed);
         match outcome {
             Err(err) if is_room(&err) && batch.iter().filter(|j| j.succeeded()).count() > 1 => {
-                self.commit_each_alone(batch, err)
+                self.commit_split(batch, err)
             }
-            outcome => outcome.map(|()| true),
+            outcome => {
+                if outcome.is_ok() {
+                    self.stats.splitting.store(false, Ordering::Release);
+                }
+                outcome.map(|()| true)
+            }
         }
     }
 
     /// A group commit that failed for room is made to fail by what its pages need, which is
     /// mostly its largest operations': one episode's megabyte write at a full disk must not
     /// take down the few-kilobyte reads of other episodes batched with it (their effects ran;
-    /// they would be answered unrecorded). So each operation that had succeeded is committed
-    /// again alone, in order: those that fit are committed, and only those that do not fit
-    /// hold the error. The pages the failed commit wrote past the file's old end stay
-    /// allocated to the file, so the small commits after it mostly need no new room. Operations
-    /// may run a third time here (straight, alone: nothing else is in their transaction).
-    /// `Ok(true)` when any committed (the others hold their own errors, answered as such);
-    /// otherwise the first commit's error, answered to all.
-    fn commit_each_alone(&self, batch: &mut [Job], first: StoreError) -> Result<bool, StoreError> {
-        let (env, dbs, map_size) = (&self.env, &self.dbs[..], self.map_size);
-        let state = &*self.state;
-        self.stats.split_batches.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(error = %first, operations = batch.len(), "a group commit failed for room: its operations are committed one by one, so that only those that do not fit fail");
-        let mut any = false;
-        for job in batch.iter_mut().filter(|job| job.succeeded()) {
-            let mut held = match self.begin() {
-                Ok(held) => held,
-                Err(err) => {
-                    job.fail(&err);
-                    continue;
-                }
-            };
-            let mut ctx = WriteCtx::new(&mut held.txn, dbs, state, env, map_size);
-            let ran = job.run(&mut ctx);
-            let appended = ctx.log_row();
-            let Held { txn, _shared } = held;
-            let ended = if !ran {
-                txn.abort();
-                Ended::Undone
-            } else {
-                match txn.commit().map_err(|e| self.map.write_error(e, map_size)) {
-                    Ok(()) => {
-                        if appended.is_some() {
-                            self.log_tip.set(appended);
-                        }
-                        any = true;
-                        Ended::Committed
-                    }
-                    Err(err) => {
-                        job.fail(&err);
-                        Ended::Undone
-                    }
-                }
-            };
-            drop(_shared);
-            (self.ended)(state, ended);
+    /// they would be answered unrecorded). So the operations that had succeeded are committed
+    /// again in halves, in order, each half split again only where it fails for room: those
+    /// that fit are committed, and only those that do not fit hold the error. One large
+    /// operation among n costs about 2·log2(n) commits. A part whose two halves both fail for
+    /// room is not split further (a disk that takes nothing would otherwise cost a commit and
+    /// a sync per operation): it holds the error, as the whole batch did. Nor is anything split
+    /// while the store's writes are already failing for the disk. The pages a failed commit
+    /// wrote past the file's old end stay the file's, so the small commits after it mostly
+    /// need no new room. Operations may run again here, each in a nested transaction of its
+    /// part's. `Ok(true)` when any part committed (the others' operations hold their own
+    /// errors, answered as such); otherwise the first commit's error, answered to all.
+    fn commit_split(&self, batch: &mut [Job], first: StoreError) -> Result<bool, StoreError> {
+        if self.stats.failing.now() {
+            return Err(first);
         }
-        self.map.measure(env);
+        let started = Instant::now();
+        self.stats.split_batches.fetch_add(1, Ordering::Relaxed);
+        if !self.stats.splitting.swap(true, Ordering::AcqRel) {
+            tracing::warn!(error = %first, operations = batch.len(), "a group commit failed for room: its operations are committed in parts, so that only those that do not fit fail (said once until a group commit fits again; worldd_commit_split_batches_total counts them)");
+        }
+        let part: Vec<usize> = (0..batch.len()).filter(|&i| batch[i].succeeded()).collect();
+        let any = self.commit_halves(batch, &part, &first);
+        self.map.measure(&self.env);
+        let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.stats.commit_nanos.fetch_add(nanos, Ordering::Relaxed);
         if any {
             Ok(true)
         } else {
             Err(first)
+        }
+    }
+
+    /// Commit the two halves of `part` (indices into `batch`) one after the other, splitting a
+    /// half again where it fails for room and the other half fitted; whether any committed.
+    fn commit_halves(&self, batch: &mut [Job], part: &[usize], err: &StoreError) -> bool {
+        if part.len() < 2 {
+            part.iter().for_each(|&i| batch[i].fail(err));
+            return false;
+        }
+        let (a, b) = part.split_at(part.len() / 2);
+        let first = self.commit_part(batch, a);
+        let second = self.commit_part(batch, b);
+        match (first, second) {
+            // Neither half fits: the disk takes nothing more, or each holds a large one.
+            (Some(ea), Some(eb)) => {
+                a.iter().for_each(|&i| batch[i].fail(&ea));
+                b.iter().for_each(|&i| batch[i].fail(&eb));
+                false
+            }
+            (Some(ea), None) => {
+                self.commit_halves(batch, a, &ea);
+                true
+            }
+            (None, Some(eb)) => {
+                self.commit_halves(batch, b, &eb);
+                true
+            }
+            (None, None) => true,
+        }
+    }
+
+    /// Commit the operations of `part` in one transaction, each in a nested transaction of its
+    /// own (one that fails holds its error, the others are kept). `None` when it committed, or
+    /// when it failed for something other than room (its operations then hold that error);
+    /// the room error, its operations not yet answered, otherwise.
+    fn commit_part(&self, batch: &mut [Job], part: &[usize]) -> Option<StoreError> {
+        let (env, dbs, map_size) = (&self.env, &self.dbs[..], self.map_size);
+        let state = &*self.state;
+        self.stats.split_commits.fetch_add(1, Ordering::Relaxed);
+        let mut held = match self.checked_begin() {
+            Ok(held) => held,
+            Err(err) => {
+                part.iter().for_each(|&i| batch[i].fail(&err));
+                return None;
+            }
+        };
+        let mut appended = None;
+        for &i in part {
+            let mut ctx = WriteCtx::new(&mut held.txn, dbs, state, env, map_size);
+            if batch[i].run_nested(&mut ctx) {
+                appended = ctx.log_row().or(appended);
+            } else {
+                (self.ended)(state, Ended::Undone);
+            }
+        }
+        let Held { txn, _shared } = held;
+        let outcome = txn.commit().map_err(|e| self.map.write_error(e, map_size));
+        drop(_shared);
+        match outcome {
+            Ok(()) => {
+                if appended.is_some() {
+                    self.log_tip.set(appended);
+                }
+                (self.ended)(state, Ended::Committed);
+                None
+            }
+            Err(err) => {
+                (self.ended)(state, Ended::Undone);
+                if is_room(&err) {
+                    Some(err)
+                } else {
+                    part.iter().for_each(|&i| batch[i].fail(&err));
+                    None
+                }
+            }
         }
     }
 }
@@ -727,12 +802,4 @@ impl Syncer {
         drop(self.sender);
         let _ = self.thread.join();
     }
-}
-
-/// End `held` without a commit and answer every job of `batch` with `err`: nothing ran.
-fn refuse_all(held: Held<'_, RwTxn<'_>>, batch: &mut [Job], err: &StoreError) {
-    let Held { txn, _shared } = held;
-    txn.abort();
-    drop(_shared);
-    batch.iter_mut().for_each(|job| job.fail(err));
 }
