@@ -26,9 +26,9 @@ pub use crate::ref_tail::MERGE_AT as REF_MERGE_AT;
 pub use crate::schema::SCHEMA_VERSION;
 pub use crate::semantic_index::MERGE_AT as SEMANTIC_MERGE_AT;
 pub use crate::storage::{
-    crashed_reading, opening, refuses_writes, say_faults_in_store_maps, CommitObserver, Opening,
-    ReadCtx, Store, StoreError, StoreOptions, Submitted, WriteCtx, WriterStats, DEFAULT_MAP_SIZE,
-    DEFAULT_RESIDENT_BYTES,
+    crashed_reading, opening, refuses_writes, say_faults_in_store_maps, CommitObserver, OnFailing,
+    Opening, ReadCtx, Store, StoreError, StoreOptions, Submitted, WriteCtx, WriterStats,
+    DEFAULT_MAP_SIZE, DEFAULT_RESIDENT_BYTES, DISK_ADVICE,
 };
 
 /// The world's layout, as the storage layer opens it.

@@ -56,7 +56,8 @@ pub use reply::Submitted;
 pub use resident::DEFAULT_RESIDENT_BYTES;
 use table::RawDb;
 pub(crate) use table::{Seq, Table};
-pub use writer::{CommitObserver, WriterStats};
+pub use writer::{CommitObserver, WriterStats, DISK_ADVICE};
+
 use writer::{Job, ObserverSlot, Write, Writer};
 
 /// LMDB reader slots: read transactions open at once, over every process of the store.
@@ -563,11 +564,14 @@ pub struct StoreOptions {
     /// only for a store no other process can have reached, such as a backup's fresh copy
     /// checked by the process that wrote it.
     pub allow_network_filesystem: bool,
-    /// The process serves calls from this store (the daemon): the writer's line for writes
-    /// that start failing then tells what that does to calls and health. A verb run once has
-    /// neither, and says its own failure in its own line.
-    pub serves_calls: bool,
+    /// Said when the store's writes start failing for its disk (`Some(fault)`) and when they
+    /// succeed again (`None`), once each, from the writer: the daemon says what that does to
+    /// calls and health. Unset, the store says the disk fault and what to check.
+    pub on_failing: Option<OnFailing>,
 }
+
+/// A [`StoreOptions::on_failing`] hook.
+pub type OnFailing = fn(Option<&StoreError>);
 
 /// A handle to the store; cheap to clone and usable from any thread.
 #[derive(Clone)]
@@ -1198,7 +1202,7 @@ impl Store {
         let read_only = options.read_only;
         let (sender, receiver) = mpsc::channel::<Job>();
         let stats = Arc::new(WriterStats {
-            failing: writer::FailingWrites::new(options.serves_calls),
+            failing: writer::FailingWrites::new(options.on_failing),
             ..WriterStats::default()
         });
         let observer = ObserverSlot::default();

@@ -165,17 +165,17 @@ pub struct WriterStats {
 #[derive(Debug, Default)]
 pub(crate) struct FailingWrites {
     failing: std::sync::atomic::AtomicBool,
-    /// The process serves calls from the store ([`super::StoreOptions::serves_calls`]): the
-    /// lines then say what failing writes do to calls and health. A verb run once has
-    /// neither, and its own error line says the failure: its lines speak of the disk alone.
-    serves_calls: bool,
+    /// Who says it when the writes start or stop failing ([`super::StoreOptions::on_failing`]):
+    /// the daemon, in words of calls and health; a verb run once, by default, in words of the
+    /// disk alone (its own error line says its failure).
+    say: Option<super::OnFailing>,
 }
 
 impl FailingWrites {
-    pub(crate) fn new(serves_calls: bool) -> FailingWrites {
+    pub(crate) fn new(say: Option<super::OnFailing>) -> FailingWrites {
         FailingWrites {
             failing: Default::default(),
-            serves_calls,
+            say,
         }
     }
 
@@ -185,27 +185,28 @@ impl FailingWrites {
     }
 
     /// A batch settled: `durable` when one was made durable, else the disk fault it failed
-    /// with, if any. Logged once when the writes start failing and once when they recover.
+    /// with, if any. Said once when the writes start failing and once when they recover.
     pub(super) fn settled(&self, durable: bool, fault: Option<&StoreError>) {
         if durable {
             if self.failing.swap(false, Ordering::AcqRel) {
-                if self.serves_calls {
-                    tracing::warn!("the store's writes succeed again: calls commit as before");
-                } else {
-                    tracing::warn!("the store's writes succeed again");
+                match self.say {
+                    Some(say) => say(None),
+                    None => tracing::warn!("the store's writes succeed again"),
                 }
             }
         } else if let Some(fault) = fault.filter(|e| is_disk_fault(e)) {
             if !self.failing.swap(true, Ordering::AcqRel) {
-                if self.serves_calls {
-                    tracing::error!("the store's writes fail ({fault}): new calls are answered as failed until a write succeeds, nothing run or spent for them (a call whose effect ran before its commit failed is answered as not confirmed committed, its effect may have run: reconcile it); health says store-failing meanwhile. Check the disk (a full or thin-provisioned volume, a filesystem remounted read-only after an I/O error: see the kernel's log): make room, or copy the store off a disk turned read-only and check the copy with worldd doctor");
-                } else {
-                    tracing::warn!("the store's writes fail ({fault}): check the disk (a full or thin-provisioned volume, a filesystem remounted read-only after an I/O error: see the kernel's log): make room, or copy the store off a disk turned read-only and check the copy with worldd doctor");
+                match self.say {
+                    Some(say) => say(Some(fault)),
+                    None => tracing::warn!("the store's writes fail ({fault}): {DISK_ADVICE}"),
                 }
             }
         }
     }
 }
+
+/// What to do about a store whose writes fail for its disk.
+pub const DISK_ADVICE: &str = "check the disk (a full or thin-provisioned volume, a filesystem remounted read-only after an I/O error: see the kernel's log): make room, or copy the store off a disk turned read-only and check the copy with worldd doctor";
 
 /// A fault of the store's disk, not of one operation.
 fn is_disk_fault(e: &StoreError) -> bool {

@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 use broker_core::coordinator::{Coordinator, CoordinatorConfig};
 use broker_core::refusal_rate::RefusalRate;
 use broker_core::registry;
-use broker_core::store::{Store, StoreOptions};
+use broker_core::store::{Store, StoreError, StoreOptions};
 use clap::Args;
 use serde::Deserialize;
 
@@ -961,7 +961,7 @@ fn open_store(settings: &Settings, fresh: &mut Fresh) -> Result<Store, Failure> 
             ceiling: Some(settings.ceiling),
             reserve: settings.reserve,
             create: true,
-            serves_calls: true,
+            on_failing: Some(failing_writes_said),
             ..StoreOptions::default()
         },
     )
@@ -1160,6 +1160,24 @@ fn catalog_of(set: &plugins::PluginSet) -> crate::catalog::Catalog {
             })
             .collect(),
     }
+}
+
+/// The daemon's words when its store's writes start failing for the disk (`Some`) and when they
+/// succeed again (`None`): what that does to calls and to health ([`StoreOptions::on_failing`]).
+fn failing_writes_said(fault: Option<&StoreError>) {
+    match fault {
+        Some(fault) => tracing::error!("the store's writes fail ({fault}): new calls are answered as failed until a write succeeds, nothing run or spent for them (a call whose effect ran before its commit failed is answered as not confirmed committed, its effect may have run: reconcile it); health says store-failing meanwhile. {}", capitalized(broker_core::store::DISK_ADVICE)),
+        None => tracing::warn!("the store's writes succeed again: calls commit as before"),
+    }
+}
+
+/// `text` with its first letter upper case (a clause made a sentence).
+fn capitalized(text: &str) -> String {
+    let mut chars = text.chars();
+    chars
+        .next()
+        .map(|c| c.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
 }
 
 /// The address to listen on, given as `key` (`--bind`, or the config file's `[serve] bind`),
