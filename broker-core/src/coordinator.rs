@@ -1293,8 +1293,13 @@ impl Coordinator {
                     // slower than the margin `time_to_start` leaves). The handler is never
                     // started with a deadline already due: the intent is closed withdrawn, its
                     // units given back, and the effect did not run.
-                    late.not_started(busy);
-                    return Err(CallError::NotStarted);
+                    // Where the withdrawal could not be written, the intent stays open with
+                    // its units spent: not confirmed committed, as a resend finds it.
+                    return Err(if late.not_started(busy) {
+                        CallError::NotStarted
+                    } else {
+                        CallError::NotCommitted
+                    });
                 }
                 let on_abandon = self.overrun(&p.invocation_id, &effect.effect,
                     "handler overran its deadline; the call is answered as timed out and its outcome will be journaled when the handler returns");

@@ -208,8 +208,9 @@ impl LateCall {
     /// The call's deadline was already due when its handler was to start (its intent is
     /// journaled): the handler is not started, the intent is closed withdrawn and its units
     /// given back (the call stays uncommitted, its record a failed effect that spent nothing),
-    /// then the episode is freed.
-    pub(super) fn not_started(self, busy: Busy) {
+    /// then the episode is freed. Whether the withdrawal was written: where it was not, the
+    /// intent stays open, its units spent.
+    pub(super) fn not_started(self, busy: Busy) -> bool {
         let id = &self.ids.invocation_id;
         let (e, s, c) = (&self.effect.effect, &self.effect.scope, self.effect.cost);
         let record =
@@ -230,12 +231,15 @@ impl LateCall {
                 if written {
                     tracing::warn!(invocation = %id, record = %hash, effect = %e, "the call's deadline passed before its handler could start; the handler was not started, the intent is journaled withdrawn with its units given back, and the call is not committed");
                 }
+                drop(busy);
+                written
             }
             Err(err) => {
-                tracing::error!(invocation = %id, "withdrawn call not recorded: {err}")
+                tracing::error!(invocation = %id, "withdrawn call not recorded: {err}");
+                drop(busy);
+                false
             }
         }
-        drop(busy);
     }
 
     /// Journal `ran` as the call's outcome and record, without a commit.
