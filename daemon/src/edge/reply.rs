@@ -9,7 +9,8 @@
 //! it has been handed over or its connection ends. When the budget is full the answer is
 //! replaced by `503` with `Retry-After`, and its memory is freed at once; or, for an MCP or A2A
 //! answer to calls that already ran, by its [`Withheld`] form (at most
-//! [`WITHHELD_MOST_BYTES`]), which says what ran. The first
+//! [`WITHHELD_MOST_BYTES`], and a client's forms together at most a sixteenth of the budget:
+//! [`WITHHELD_SHARE_DIVISOR`]), which says what ran. The first
 //! [`UNCOUNTED_BYTES`] of each answer are not counted, so ordinary answers never wait or fail
 //! for it. Streams of unknown length (the log stream) are not counted: they are produced
 //! only as fast as their client reads.
@@ -61,13 +62,22 @@ const KIB: usize = 1024;
 pub const UNCOUNTED_BYTES: usize = 16 * KIB;
 
 /// The most bytes a [`Withheld`] form may take: past it, the answer it stands for gets the
-/// `503` as if it had none. A withheld form is counted against the whole budget only, not its
-/// credential's share, so without a bound of its own a credential whose share is full could
-/// still fill the budget with them (a batch's replies kept whole, or long ids echoed, on
-/// connections that read nothing): a batch's withheld form keeps its replies of up to 4 KiB
-/// as they are, each larger one replaced by a stand-in of about 1 KiB plus its id, and 64 of
-/// them can pass this. An answer past it gets the `503`, as before withheld forms.
+/// `503` as if it had none. A withheld form is not counted against its credential's share
+/// (the share is what was full), so without a bound of its own one form could hold much of
+/// the budget (a batch's replies kept whole, or long ids echoed): a batch's withheld form
+/// keeps its replies of up to 4 KiB as they are, each larger one replaced by a stand-in of
+/// about 1 KiB plus its id, and 64 of them can pass this. An answer past it gets the `503`,
+/// as before withheld forms. How many forms one credential holds is bounded by
+/// [`WITHHELD_SHARE_DIVISOR`].
 pub const WITHHELD_MOST_BYTES: usize = 64 * KIB;
+
+/// The withheld forms one client holds unread take at most this fraction of the budget (a
+/// sixteenth: 4 MiB of the default 64 MiB, some 85 forms of 64 KiB), beside its share: the
+/// bound of one form alone did not stop a credential whose share was full from holding
+/// form after form on connections that read nothing (A2A sends with long ids, batches of
+/// reads), until the budget was full and every other credential's large answers got the
+/// `503`, which the share exists to prevent. Past it, the answer gets its share's `503`.
+pub const WITHHELD_SHARE_DIVISOR: usize = 16;
 
 /// The frame size of a counted answer.
 pub const CHUNK_BYTES: usize = 16 * KIB;
@@ -155,6 +165,9 @@ pub struct ReplyBudget {
     shares: Quota<Client>,
     /// KiB each peer address holds now of the anonymous share, at most a quarter of it.
     anonymous_peers: Quota<IpAddr>,
+    /// KiB each client holds now in withheld forms, outside its share: at most a sixteenth of
+    /// the budget ([`WITHHELD_SHARE_DIVISOR`]).
+    withheld: Quota<Client>,
     /// Clients whose answer was replaced by 503: the KiB it needed, and when.
     refused: Arc<Mutex<HashMap<Client, (usize, Instant)>>>,
     metrics: Metrics,
@@ -168,6 +181,7 @@ impl ReplyBudget {
             kib: Arc::new(Semaphore::new(total_kib)),
             shares: Quota::new(share),
             anonymous_peers: Quota::new((share / 4).max(1)),
+            withheld: Quota::new((total_kib / WITHHELD_SHARE_DIVISOR).max(1)),
             refused: Arc::default(),
             metrics,
         }
@@ -225,8 +239,8 @@ impl ReplyBudget {
     /// Count `answer` against `client`'s share (for a request without a credential, against
     /// its `peer` address's part of the anonymous share too) and the budget, or replace it when
     /// one is full: by its [`Withheld`] form where it has one of at most
-    /// [`WITHHELD_MOST_BYTES`] (counted in turn when larger than [`UNCOUNTED_BYTES`]), else by
-    /// 503.
+    /// [`WITHHELD_MOST_BYTES`] (counted in turn when larger than [`UNCOUNTED_BYTES`], against
+    /// the client's withheld forms and the budget), else by 503.
     pub async fn bound(&self, client: &Client, peer: Option<IpAddr>, answer: Response) -> Response {
         if answer.extensions().get::<Static>().is_some() {
             return answer;
@@ -242,19 +256,20 @@ impl ReplyBudget {
             Ok(counted) => Self::counted(answer, size, counted).await,
             Err(why) => match answer.extensions().get::<Withheld>().cloned() {
                 Some(withheld) if withheld.body.len() <= WITHHELD_MOST_BYTES => {
-                    self.withheld(answer, withheld).await
+                    self.withheld(client, answer, withheld).await
                 }
                 _ => busy(why),
             },
         }
     }
 
-    /// `answer`'s [`Withheld`] form in its place, counted against the whole budget only, not
-    /// the credential's share: it is small (at most [`WITHHELD_MOST_BYTES`], checked by the
-    /// caller), it stands only for calls that ran (their units spent; an answer that ran
-    /// nothing has none, and gets the `503`), and the share is what was full (a share with room
-    /// refuses nothing).
-    async fn withheld(&self, answer: Response, withheld: Withheld) -> Response {
+    /// `answer`'s [`Withheld`] form in its place, counted against the whole budget and
+    /// `client`'s withheld forms ([`WITHHELD_SHARE_DIVISOR`]), not its share: it is small (at
+    /// most [`WITHHELD_MOST_BYTES`], checked by the caller), it stands only for calls that ran
+    /// (their units spent; an answer that ran nothing has none, and gets the `503`), and the
+    /// share is what was full (a share with room refuses nothing). With the client's withheld
+    /// forms at their bound, its share's `503`: the answers waiting are its own.
+    async fn withheld(&self, client: &Client, answer: Response, withheld: Withheld) -> Response {
         let (mut parts, _) = answer.into_parts();
         parts.status = withheld.status;
         parts.headers.remove(axum::http::header::CONTENT_LENGTH);
@@ -265,12 +280,21 @@ impl ReplyBudget {
             return answer;
         }
         let kib = (size - UNCOUNTED_BYTES).div_ceil(KIB);
+        // A form larger than a client's whole allowance (a small budget) takes all of it,
+        // rather than never passing; the budget counts it whole.
+        let Some(allowance) = self.withheld.take(client, kib.min(self.withheld.cap())) else {
+            self.metrics.limit_tripped(Limit::ReplyShare);
+            return busy(match client.0 {
+                Some(_) => SHARE_TEXT,
+                None => ANONYMOUS_SHARE_TEXT,
+            });
+        };
         match self
             .kib
             .clone()
             .try_acquire_many_owned(u32::try_from(kib).unwrap_or(u32::MAX))
         {
-            Ok(permit) => Self::counted(answer, size, (permit, None, None)).await,
+            Ok(permit) => Self::counted(answer, size, (permit, Some(allowance), None)).await,
             Err(_) => {
                 self.metrics.limit_tripped(Limit::ReplyBudget);
                 busy(BUSY_TEXT)
@@ -346,7 +370,8 @@ impl ReplyBudget {
 }
 
 /// What an answer holds of the budget while it waits to be sent: its KiB of the whole budget,
-/// of its credential's share (none for a withheld form), of its address's anonymous part.
+/// of its credential's share (for a withheld form, of its credential's withheld forms), of its
+/// address's anonymous part.
 type Taken = (
     OwnedSemaphorePermit,
     Option<Held<Client>>,
@@ -814,6 +839,69 @@ mod tests {
             free - (WITHHELD_MOST_BYTES - UNCOUNTED_BYTES) / KIB
         );
         drop((held, within));
+        assert_eq!(b.free_kib(), 256);
+    }
+
+    /// A withheld form was counted against the whole budget only, bounded per form but not per
+    /// credential: a credential whose share was full could hold form after form unread until
+    /// the budget was full, and every other credential's large answers got the `503`. A
+    /// client's forms hold at most a sixteenth of the budget now: past it, the share's `503`,
+    /// while another client's counted answer still fits.
+    #[tokio::test]
+    async fn one_credentials_withheld_forms_hold_at_most_a_sixteenth_of_the_budget() {
+        let metrics = Metrics::default();
+        let b = ReplyBudget::new(1024 * KIB, metrics.clone());
+        let (a, other) = (client("a"), client("b"));
+        // Its share full: 256 of 256 KiB.
+        let held = b.bound(&a, None, answer(16 * KIB + 256 * KIB)).await;
+        assert_eq!(held.status(), StatusCode::OK);
+        assert!(b.shares.is_full(&a));
+        // Forms of 32 KiB, each counting 16: four fill its 64 KiB.
+        let form = || answer_withheld(16 * KIB + 64 * KIB, 32 * KIB);
+        let mut forms = Vec::new();
+        for i in 0..4 {
+            let f = b.bound(&a, None, form()).await;
+            assert_eq!(f.status(), StatusCode::OK, "form {i}");
+            assert_eq!(f.body().size_hint().exact(), Some(32 * 1024));
+            forms.push(f);
+        }
+        assert_eq!(b.free_kib(), 1024 - 256 - 4 * 16);
+        let past = b.bound(&a, None, form()).await;
+        assert_eq!(past.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(past.headers()[RETRY_AFTER], "1");
+        assert_eq!(message(past).await, SHARE_TEXT);
+        assert_eq!(b.free_kib(), 1024 - 256 - 4 * 16, "nothing held for it");
+        // Another client's answer, counted against its own share, fits; so do its own forms.
+        let theirs = b.bound(&other, None, answer(16 * KIB + 256 * KIB)).await;
+        assert_eq!(theirs.status(), StatusCode::OK);
+        let their_form = b.bound(&other, None, form()).await;
+        assert_eq!(their_form.status(), StatusCode::OK);
+        // A form read (or its connection gone) gives its part back.
+        forms.pop();
+        assert_eq!(b.bound(&a, None, form()).await.status(), StatusCode::OK);
+        drop((held, forms, theirs, their_form));
+        assert_eq!(b.free_kib(), 1024);
+        assert_eq!(b.withheld.holders(), 0);
+    }
+
+    /// Under a budget so small that one form passes a client's withheld allowance, the form
+    /// takes all of it rather than never passing; the budget counts it whole.
+    #[tokio::test]
+    async fn a_withheld_form_larger_than_the_allowance_takes_all_of_it() {
+        let b = ReplyBudget::new(256 * KIB, Metrics::default());
+        let a = client("a");
+        let held = b.bound(&a, None, answer(16 * KIB + 64 * KIB)).await;
+        let form = b
+            .bound(&a, None, answer_withheld(16 * KIB + 64 * KIB, 48 * KIB))
+            .await;
+        assert_eq!(form.status(), StatusCode::OK);
+        assert_eq!(b.free_kib(), 256 - 64 - 32);
+        assert!(b.withheld.is_full(&a));
+        let past = b
+            .bound(&a, None, answer_withheld(16 * KIB + 64 * KIB, 17 * KIB))
+            .await;
+        assert_eq!(message(past).await, SHARE_TEXT);
+        drop((held, form));
         assert_eq!(b.free_kib(), 256);
     }
 
