@@ -301,29 +301,56 @@ fn a_batch_of_listings_that_finds_no_room_in_the_reply_share_still_gets_the_503(
     assert_refused_for_the_share(&d, &token, &items);
 }
 
+/// The most bytes a withheld form may take (`edge::reply::WITHHELD_MOST_BYTES`).
+const WITHHELD_MOST_BYTES: usize = 64 * 1024;
+
+/// A read of `path` with JSON-RPC id `id`, as a batch's item.
+fn read(id: u64, path: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+           "params": {"name": "ailang-read", "arguments": {"path": path}}})
+}
+
 /// A withheld batch kept its replies of up to 4 KiB whole, so 63 of them beside one large
 /// reply made a withheld form of about 256 KiB, counted against the whole budget only. A
 /// batch whose withheld form would pass 64 KiB gets the share's `503`, as it did before
-/// withheld forms: here 20 replies of 3 to 4 KiB, kept, beside one larger.
+/// withheld forms: here replies of 3 to 4 KiB, kept, enough of them to pass it alone, beside
+/// one larger.
 #[test]
 fn a_batch_whose_withheld_form_would_pass_its_bound_gets_the_503() {
     let d = small_share_daemon();
     let token = d.session(
         "ep1",
-        &["Workspace.Read=worktree:40", "Workspace.Write=worktree:5"],
+        &["Workspace.Read=worktree:60", "Workspace.Write=worktree:5"],
     );
     std::fs::write(d.root().join("ep1/small.txt"), "s".repeat(1_100)).unwrap();
     std::fs::write(d.root().join("ep1/mid.txt"), "m".repeat(5_000)).unwrap();
-    let read = |id: u64, path: &str| {
-        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-               "params": {"name": "ailang-read", "arguments": {"path": path}}})
-    };
-    // A read of small.txt is answered in 3 to 4 KiB: kept whole in a withheld form.
+    // A read of small.txt is answered in under 4 KiB: kept whole in a withheld form.
     let one = tools_call(&d, &token, "ailang-read", json!({"path": "small.txt"}));
     let written = serde_json::to_vec(&one).unwrap().len();
-    assert!((3 * 1024..=4096).contains(&written), "{written}");
+    assert!((1024..=4000).contains(&written), "{written}");
+    let kept = WITHHELD_MOST_BYTES / written + 1;
     let mut items = vec![read(1, "mid.txt")];
-    items.extend((2..=21).map(|id| read(id, "small.txt")));
+    items.extend((2..=kept as u64 + 1).map(|id| read(id, "small.txt")));
+    // With room, the batch is answered whole: the replies a withheld form would keep as they
+    // are pass its bound by themselves.
+    let a = mcp_text(
+        &d,
+        &token,
+        "2025-03-26",
+        &serde_json::to_vec(&items).unwrap(),
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+    let v = a.sse_json();
+    let replies = v.as_array().unwrap();
+    assert_eq!(replies.len(), kept + 1, "{v}");
+    assert!(serde_json::to_vec(&replies[0]).unwrap().len() > 4096);
+    let sizes: Vec<usize> = replies[1..]
+        .iter()
+        .map(|r| serde_json::to_vec(r).unwrap().len())
+        .collect();
+    assert!(sizes.iter().all(|&n| n <= 4096), "{sizes:?}");
+    let kept_bytes: usize = sizes.iter().sum();
+    assert!(kept_bytes > WITHHELD_MOST_BYTES, "{kept_bytes}");
     let _holder = hold_all_but_2_kib_of_the_share(&d, &token);
     assert_refused_for_the_share(&d, &token, &items);
 }
