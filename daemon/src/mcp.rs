@@ -441,12 +441,14 @@ struct FinishedBatch {
 
 impl FinishedBatch {
     /// The SSE event of the array with each reply over [`withheld::KEPT_BYTES`] replaced by its
-    /// stand-in: the answer's withheld form. `None` where it has none: no call of it ran (it is
-    /// refused, as before, when the budget has no room for it), no reply was replaced, or the
+    /// stand-in: the answer's withheld form. Where no reply is that large (many short ones),
+    /// it is the answer as it is: that batch got the `503` after its calls ran, for want of a
+    /// stand-in, though its answer was no larger than a form may be. `None` where it has none:
+    /// no call of it ran (it is refused, as before, when the budget has no room for it), or the
     /// form would pass [`crate::edge::reply::WITHHELD_MOST_BYTES`] (which the budget refuses:
     /// not built past it).
     fn withheld(&self) -> Option<Vec<u8>> {
-        if !self.ran || self.large.is_empty() {
+        if !self.ran {
             return None;
         }
         let most = crate::edge::reply::WITHHELD_MOST_BYTES;
@@ -534,6 +536,28 @@ mod tests {
             json!({"jsonrpc": "2.0", "id": 2, "error": {"code": INVALID_PARAMS,
                    "message": "invalid params: y"}})
         );
+    }
+
+    /// A batch of calls whose replies were each 4 KiB or under, more than 16 KiB together, had
+    /// no withheld form (no reply to replace), so it got the `503` after its calls ran. Its form
+    /// is the answer as it is, within [`WITHHELD_MOST_BYTES`]; past it, none.
+    #[test]
+    fn a_batch_of_short_replies_that_ran_a_call_is_its_own_withheld_form() {
+        let short = |i: u64| Reply::error(&json!(i), INVALID_PARAMS, "y".repeat(3_900));
+        let within = batch_with_a_call(&(1..=8).map(short).collect::<Vec<_>>());
+        assert!(within.large.is_empty());
+        assert!(within.json.len() > 16 * 1024, "{}", within.json.len());
+        let event = within.withheld().expect("the answer as it is");
+        let answer = transport::event(|out| {
+            out.extend_from_slice(&within.json);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(event, answer);
+        assert_eq!(replies_of(&event).len(), 8);
+        let past = batch_with_a_call(&(1..=17).map(short).collect::<Vec<_>>());
+        assert!(past.json.len() > WITHHELD_MOST_BYTES);
+        assert!(past.withheld().is_none());
     }
 
     /// 63 replies of up to 4 KiB, kept whole, beside one large one made a withheld form of a

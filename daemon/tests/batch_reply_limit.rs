@@ -354,3 +354,44 @@ fn a_batch_whose_withheld_form_would_pass_its_bound_gets_the_503() {
     let _holder = hold_all_but_2_kib_of_the_share(&d, &token);
     assert_refused_for_the_share(&d, &token, &items);
 }
+
+/// A batch of calls whose replies were each 4 KiB or under, more than 16 KiB together, had no
+/// withheld form (no reply large enough to replace), so where its credential's share had no
+/// room for it, it got the share's `503` after its calls ran: their units spent and the agent
+/// told nothing. Its withheld form is the answer as it is, within 64 KiB: sent, counted
+/// against the budget only.
+#[test]
+fn a_batch_of_short_call_replies_that_finds_no_room_in_the_reply_share_is_sent_as_it_is() {
+    let d = small_share_daemon();
+    let token = d.session(
+        "ep1",
+        &["Workspace.Read=worktree:20", "Workspace.Write=worktree:5"],
+    );
+    std::fs::write(d.root().join("ep1/small.txt"), "s".repeat(1_100)).unwrap();
+    let items: Vec<Value> = (1..=8).map(|id| read(id, "small.txt")).collect();
+    let _holder = hold_all_but_2_kib_of_the_share(&d, &token);
+    let a = mcp_text(
+        &d,
+        &token,
+        "2025-03-26",
+        &serde_json::to_vec(&items).unwrap(),
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+    assert!(
+        (16 * 1024..=WITHHELD_MOST_BYTES).contains(&a.body.len()),
+        "{}",
+        a.body.len()
+    );
+    let v = a.sse_json();
+    let replies = v.as_array().unwrap();
+    assert_eq!(replies.len(), 8, "{v}");
+    for (i, reply) in replies.iter().enumerate() {
+        assert_eq!(reply["id"], json!(i + 1), "{reply}");
+        assert!(serde_json::to_vec(reply).unwrap().len() <= 4096, "{reply}");
+        assert_ne!(reply["result"]["isError"], true, "{reply}");
+        assert_eq!(
+            reply["result"]["_meta"]["world/outcome"]["kind"], "ok",
+            "{reply}"
+        );
+    }
+}

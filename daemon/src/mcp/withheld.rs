@@ -32,9 +32,21 @@ pub(super) const ERROR_TEXT: &str = "not sent whole: this error's reply was too 
 pub(super) const ERROR_KEPT_BYTES: usize = 256;
 
 /// Whether `reply` answers a call that ran: a `tools/call`'s result (a committed entry, denied
-/// and refused calls included). Errors ran nothing: a call that ran is answered by a result. A
-/// replay (a committed key resent) ran nothing either, and costs nothing to ask again: without
-/// this, resends of one large call were a free way to fill the budget outside the share.
+/// and refused calls included). A replay (a committed key resent) ran nothing, and costs
+/// nothing to ask again: without this, resends of one large call were a free way to fill the
+/// budget outside the share.
+///
+/// Errors are not counted, though some answer a call whose effect ran: a keyed call whose
+/// effect ran but whose outcome could not be stored (`EffectUnrecordable`,
+/// `EffectsUnrecorded`, `-32603` with an `indeterminate` outcome in `data`). Counted, they
+/// would open that free way again: a resend of such a key, which runs nothing, is answered
+/// by the same errors (`EffectsUnrecorded` again, or `NotCommitted` with the same
+/// `indeterminate`/`pending` outcome), and nothing in the reply tells it from the first.
+/// Nor is anything lost by the `503`: such an error is short (kept whole in any withheld
+/// form), the agent holds the key, and a resend of it answers, without running anything,
+/// that the effect may have run and where to reconcile it. (A
+/// handler past its deadline, and any unkeyed failure, answers the whole POST with the short
+/// host-failure envelope, which the budget never counts.)
 pub(super) fn ran(reply: &Reply) -> bool {
     matches!(
         reply,
