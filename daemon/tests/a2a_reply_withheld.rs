@@ -58,10 +58,11 @@ fn past_the_refusals_hold() {
 /// its entry committed, and the agent told nothing of it. It is sent withheld now: the same
 /// envelope and task (id, context, state, metadata with the output ref), its output part a text
 /// part saying it ran and how to read it; the output is then read by its ref. A small answer in
-/// the same conditions is sent whole, as ever; a read-back or a resend, which run nothing, get
-/// the 503.
+/// the same conditions is sent whole, as ever. A read-back (`tasks/get`) or a resend of the
+/// task id, which run nothing, still get the share's `503`.
 #[test]
-fn a2a_tasks_whose_answer_finds_no_room_in_the_reply_share_are_answered_withheld_not_503() {
+fn a2a_sends_that_find_no_room_in_the_reply_share_are_answered_withheld_and_read_backs_and_resends_get_the_503(
+) {
     let d = small_share_daemon();
     let grants = [
         "Workspace.Read=worktree:100",
