@@ -34,7 +34,7 @@ pub const PLUGIN_STATE: &str = "plugin-state";
 pub const PARTIAL: &str = ".partial";
 
 /// A file a backup leaves in the destination from just before `data.mdb` is moved into place
-/// until the copy has been opened and checked ([`checked`]): a backup killed during its check
+/// until the copy has been opened and checked ([`Taken::checked`]): a backup killed during its check
 /// leaves a whole copy that looks like a finished one, and this tells it apart.
 pub const UNVERIFIED: &str = ".unverified";
 
@@ -51,16 +51,6 @@ pub fn unverified_warning(db: &Path) -> Option<String> {
 
 /// What [`UNVERIFIED`] says to whoever finds it.
 const UNVERIFIED_TEXT: &str = "worldd backup wrote this copy but has not checked it: the backup was interrupted, or its check failed. Do not restore from it; back up again into an empty directory.\n";
-
-/// The copy in `dest` opened and passed its checks: its [`UNVERIFIED`] marker goes, and that
-/// is made durable.
-pub fn checked(dest: &Path) -> Result<(), BackupError> {
-    let marker = dest.join(UNVERIFIED);
-    fs::remove_file(&marker).map_err(io_at(&marker))?;
-    File::open(dest)
-        .and_then(|d| d.sync_all())
-        .map_err(io_at(dest))
-}
 
 /// The unfinished copy an interrupted backup left in `db`, when `db` holds that and no store:
 /// a directory nothing may open as a store, nor make a new store beside.
@@ -111,6 +101,31 @@ impl Taken {
         let mut names = vec![LOCK];
         names.extend(self.wrote.iter().copied().filter(|n| *n != LOCK));
         undo(&target, dest, self.made, &names)
+    }
+
+    /// Refuse unless `dest` (not followed) still names the directory the copy was written
+    /// into: the copy's check opens it by that path, and a path that names another directory
+    /// by then (moved away, a link put in its place) would have another store checked and
+    /// reported as this copy.
+    pub fn still_at(&self, dest: &Path) -> Result<(), BackupError> {
+        match &self.held {
+            None => Err(BackupError::Unheld(dest.to_path_buf())),
+            Some(held) if names_the_same(held, dest) => Ok(()),
+            Some(_) => Err(BackupError::Moved(dest.to_path_buf())),
+        }
+    }
+
+    /// The copy (in the directory shown as `dest`) opened and passed its checks: its
+    /// [`UNVERIFIED`] marker goes, and that is made durable, both through the directory the
+    /// copy was written into, never through `dest`, which may name another directory by now
+    /// (whose own marker would go instead).
+    pub fn checked(&self, dest: &Path) -> Result<(), BackupError> {
+        let Some(held) = &self.held else {
+            return Err(BackupError::Unheld(dest.to_path_buf()));
+        };
+        held.remove_file(UNVERIFIED)
+            .map_err(io_at(&dest.join(UNVERIFIED)))?;
+        sync_dir(held, dest)
     }
 }
 
@@ -169,6 +184,10 @@ pub enum BackupError {
     /// open, and its path may name another directory by now.
     #[error("{0} was not held open, and what the backup wrote there is not removed through its path, which may name another directory by now")]
     Unheld(PathBuf),
+    /// The destination's path names another directory than the one the copy was written
+    /// into (moved away, or a link put in its place, after it was opened).
+    #[error("{0} no longer names the directory the copy was written into (it was moved or replaced while the backup ran); the copy is not checked through it, and nothing is removed: the copy, wherever that directory is now, keeps its {UNVERIFIED} marker; back up again")]
+    Moved(PathBuf),
     /// The copy failed (`error`, said as itself), and what it wrote could not all be removed
     /// (`left`, why): [`BackupError::left`].
     #[error("{error}")]
@@ -982,7 +1001,7 @@ mod tests {
 
     /// A backup killed after its copy reached the destination, while it opened and checked the
     /// copy, left what looked like a finished backup. The copy is now marked unchecked until
-    /// the check passes ([`checked`]), and a backup into such a destination says what it is.
+    /// the check passes ([`Taken::checked`]), and a backup into such a destination says what it is.
     #[test]
     fn a_copy_not_yet_checked_is_marked_so_and_a_backup_into_it_says_it() {
         let dir = tempfile::tempdir().unwrap();
@@ -991,8 +1010,8 @@ mod tests {
         fs::create_dir_all(db.join("plugin-state/p")).unwrap();
         fs::write(db.join("plugin-state/p/f"), "state").unwrap();
         let dest = dir.path().join("dest");
-        take(&store, &db, &dest, false).unwrap();
-        // Where a kill during the check leaves it.
+        // Dropped unchecked: where a kill during the check leaves it.
+        drop(take(&store, &db, &dest, false).unwrap());
         let mut names: Vec<String> = fs::read_dir(&dest)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -1025,10 +1044,15 @@ mod tests {
             BackupError::Interrupted(_)
         ));
         // Checked, the marker goes and the copy is an ordinary (occupied) directory.
-        checked(&dest).unwrap();
-        assert!(!dest.join(UNVERIFIED).exists());
+        let done = dir.path().join("done");
+        let taken = take(&store, &db, &done, false).unwrap();
+        taken.still_at(&done).unwrap();
+        taken.checked(&done).unwrap();
+        drop(taken);
+        assert!(!done.join(UNVERIFIED).exists());
+        assert!(done.join("data.mdb").is_file());
         assert!(matches!(
-            prepare(&db, &dest).unwrap_err(),
+            prepare(&db, &done).unwrap_err(),
             BackupError::Occupied(_)
         ));
     }

@@ -6,7 +6,7 @@
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -47,23 +47,14 @@ fn set_mode(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
-/// A second `backup` into a destination the first was still writing called the first's
-/// `.partial` an interrupted backup and told the operator to remove the directory; one who did
-/// got, from the first, a ✓ and exit 0 for a copy that was gone. The first now holds the
-/// destination for its whole run, and the second is refused as what it meets: a backup being
-/// written, to wait for. The first finishes a checked copy.
-#[test]
-fn a_second_backup_into_a_destination_being_written_is_told_to_wait_not_to_remove_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let db = d.join("db");
-    store_with_state(&db, 3000);
-    // Stopped once its copy has begun; a run that ended before it could be stopped is tried
-    // again into another destination.
-    let (mut first, dest) = (0..10)
+/// A backup of `db` into a new destination in `cwd` (named `name-N`), stopped (`SIGSTOP`) once
+/// its copy has begun, and that destination: a run that ended before it could be stopped is
+/// tried again into another destination.
+fn stopped_mid_copy(cwd: &Path, db: &Path, name: &str) -> (std::process::Child, PathBuf) {
+    (0..10)
         .find_map(|attempt| {
-            let dest = d.join(format!("bk-{attempt}"));
-            let mut child = backup(d, &db, &dest).spawn().unwrap();
+            let dest = cwd.join(format!("{name}-{attempt}"));
+            let mut child = backup(cwd, db, &dest).spawn().unwrap();
             let until = Instant::now() + Duration::from_secs(60);
             while !dest.join(".partial").exists() {
                 assert!(Instant::now() < until, "the backup never began its copy");
@@ -81,7 +72,21 @@ fn a_second_backup_into_a_destination_being_written_is_told_to_wait_not_to_remov
                 None
             }
         })
-        .expect("every backup ended before it could be stopped mid-copy");
+        .expect("every backup ended before it could be stopped mid-copy")
+}
+
+/// A second `backup` into a destination the first was still writing called the first's
+/// `.partial` an interrupted backup and told the operator to remove the directory; one who did
+/// got, from the first, a ✓ and exit 0 for a copy that was gone. The first now holds the
+/// destination for its whole run, and the second is refused as what it meets: a backup being
+/// written, to wait for. The first finishes a checked copy.
+#[test]
+fn a_second_backup_into_a_destination_being_written_is_told_to_wait_not_to_remove_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let db = d.join("db");
+    store_with_state(&db, 3000);
+    let (mut first, dest) = stopped_mid_copy(d, &db, "bk");
 
     let second = run_to_exit(&mut backup(d, &db, &dest), Duration::from_secs(60));
     assert_eq!(
@@ -145,6 +150,90 @@ fn a_second_backup_into_a_destination_being_written_is_told_to_wait_not_to_remov
             "worldd: backup: destination {} holds an interrupted backup (its .partial directory, and no store); remove the directory, then back up again\n",
             left.display()
         )
+    );
+}
+
+/// The entries of `dir`, sorted.
+fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The copy was written through the directory opened once, but then opened for its check,
+/// and its `.unverified` marker removed, through the destination's path: a destination moved
+/// away mid-copy and replaced by a link had the linked directory's store checked and reported
+/// with a ✓ and exit 0 as the copy, and that directory's own marker removed. The backup now
+/// refuses (exit 3) before the check, and removes nothing where the link points nor from the
+/// copy, which keeps its marker where it was moved.
+#[test]
+fn a_destination_swapped_for_a_link_mid_copy_is_refused_before_its_check_and_nothing_is_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let db = d.join("db");
+    store_with_state(&db, 3000);
+    // Another directory, holding a store a check would pass, and a marker of its own.
+    let elsewhere = d.join("elsewhere");
+    let out = run_to_exit(&mut backup(d, &db, &elsewhere), Duration::from_secs(120));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::write(elsewhere.join(".unverified"), "theirs").unwrap();
+    let theirs = names(&elsewhere);
+    assert_eq!(
+        theirs,
+        [".unverified", "data.mdb", "lock.mdb", "plugin-state"]
+    );
+
+    let (mut first, dest) = stopped_mid_copy(d, &db, "bk");
+    let moved = d.join("moved");
+    std::fs::rename(&dest, &moved).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &dest).unwrap();
+    signal(&first, libc::SIGCONT);
+    let until = Instant::now() + Duration::from_secs(120);
+    while first.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < until, "the backup never ended");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = first.wait_with_output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "worldd: backup: {} no longer names the directory the copy was written into (it was moved or replaced while the backup ran); the copy is not checked through it, and nothing is removed: the copy, wherever that directory is now, keeps its .unverified marker; back up again\n",
+            dest.display()
+        )
+    );
+    assert_eq!(out.status.code(), Some(3));
+    // What was copied is said; no check is.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("  plugin-state: 3000 file(s), 1536000 bytes\n"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains('✓'), "{stdout}");
+
+    assert_eq!(names(&elsewhere), theirs);
+    assert_eq!(
+        std::fs::read_to_string(elsewhere.join(".unverified")).unwrap(),
+        "theirs"
+    );
+    assert!(std::fs::symlink_metadata(&dest).unwrap().is_symlink());
+    // The copy is whole where it was moved, and still says it was never checked.
+    assert_eq!(
+        names(&moved),
+        [".unverified", "data.mdb", "lock.mdb", "plugin-state"]
+    );
+    assert_eq!(
+        std::fs::read_dir(moved.join("plugin-state/p"))
+            .unwrap()
+            .count(),
+        3000
     );
 }
 

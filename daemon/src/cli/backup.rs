@@ -62,31 +62,7 @@ pub fn run(a: BackupArgs) -> CliResult {
     // The copy is checked before anything is reported: a report that cannot be written (a
     // cron job's log on a full disk) once ended the verb first, leaving a good copy marked
     // unchecked, which refused every later backup into DEST.
-    let audit = match check_copy(&a.dest) {
-        Ok(audit) => audit,
-        Err(Unchecked::DestinationFull(detail)) => {
-            let e = backup::BackupError::DestinationFull {
-                path: a.dest.clone(),
-                detail,
-            };
-            let undone = taken.discard(&a.dest);
-            return Err(failed(&e, &a.dest, undone.as_ref().err()));
-        }
-        Err(Unchecked::Failed(failure)) => {
-            // What was copied, then why its check failed; the failure is the verb's answer
-            // even where the report cannot be written.
-            let _ = output::try_write(&report);
-            return Err(failure);
-        }
-    };
-    // Only now is the copy a checked backup: until here its marker says it is not.
-    backup::checked(&a.dest).map_err(|e| {
-        Failure::fatal(format!(
-            "backup: the copy in {} passed its checks, but {e}",
-            a.dest.display()
-        ))
-    })?;
-    drop(taken);
+    let audit = check(taken, &a.dest, &report)?;
     let checks = format!(
         "opens and doctor's checks pass: {} entr(ies), {} indeterminate intent(s)",
         audit.entries,
@@ -115,6 +91,48 @@ fn failed(e: &backup::BackupError, dest: &Path, left: Option<&backup::BackupErro
             "backup: {e}; what it wrote may be left in {dest} ({left}): remove it before backing up into {dest} again"
         ),
     })
+}
+
+/// Open and check the copy `taken` wrote into `dest`, then mark it checked; on failure, what
+/// was copied (`report`) is said first where it can be. `taken` holds the destination's
+/// directory until this returns.
+fn check(taken: backup::Taken, dest: &Path, report: &str) -> Result<verify::StoreAudit, Failure> {
+    // What was copied, then why it is no checked backup; the failure is the verb's answer
+    // even where the report cannot be written.
+    let unchecked = |failure: Failure| {
+        let _ = output::try_write(report);
+        failure
+    };
+    // The check opens the copy by its path: where that names another directory by now, that
+    // directory would be checked and reported as the copy. Asked again once the check is done,
+    // so that a path swapped during it is refused too.
+    let still_at = |taken: &backup::Taken| {
+        taken
+            .still_at(dest)
+            .map_err(|e| unchecked(Failure::integrity(format!("backup: {e}"))))
+    };
+    still_at(&taken)?;
+    let audit = match check_copy(dest) {
+        Ok(audit) => audit,
+        Err(Unchecked::DestinationFull(detail)) => {
+            let e = backup::BackupError::DestinationFull {
+                path: dest.to_path_buf(),
+                detail,
+            };
+            let undone = taken.discard(dest);
+            return Err(failed(&e, dest, undone.as_ref().err()));
+        }
+        Err(Unchecked::Failed(failure)) => return Err(unchecked(failure)),
+    };
+    still_at(&taken)?;
+    // Only now is the copy a checked backup: until here its marker says it is not.
+    taken.checked(dest).map_err(|e| {
+        Failure::fatal(format!(
+            "backup: the copy in {} passed its checks, but {e}",
+            dest.display()
+        ))
+    })?;
+    Ok(audit)
 }
 
 /// Why the copy is not a checked backup.
@@ -165,6 +183,60 @@ fn check_copy(dest: &Path) -> Result<verify::StoreAudit, Unchecked> {
 mod tests {
     use super::*;
     use crate::backup::BackupError;
+
+    /// The entries of `dir`, sorted.
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// The copy was checked, and its `.unverified` marker removed, through the destination's
+    /// path, while its discard went through the directory it was written into: with the
+    /// destination swapped for a link between the copy and its check, another directory's
+    /// store was checked and reported as the copy, and that directory lost its own marker. The
+    /// swap is now refused (exit 3) before the check, and nothing is removed on either side.
+    #[test]
+    fn a_destination_swapped_for_a_link_before_its_check_is_refused_and_nothing_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("db");
+        let store = Store::create(&db).unwrap();
+        std::fs::create_dir_all(db.join("plugin-state/p")).unwrap();
+        std::fs::write(db.join("plugin-state/p/f"), "state").unwrap();
+        let dest = dir.path().join("dest");
+        let taken = backup::take(&store, &db, &dest, false).unwrap();
+        // Another directory, holding an unchecked copy of its own that a check would pass.
+        let elsewhere = dir.path().join("elsewhere");
+        drop(backup::take(&store, &db, &elsewhere, false).unwrap());
+        let moved = dir.path().join("moved");
+        std::fs::rename(&dest, &moved).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &dest).unwrap();
+        let copy = [".unverified", "data.mdb", "lock.mdb", "plugin-state"];
+        assert_eq!(names(&elsewhere), copy);
+        let failure = check(taken, &dest, "").unwrap_err();
+        assert_eq!(failure.code, 3);
+        assert_eq!(
+            failure.message,
+            format!(
+                "backup: {} no longer names the directory the copy was written into (it was moved or replaced while the backup ran); the copy is not checked through it, and nothing is removed: the copy, wherever that directory is now, keeps its .unverified marker; back up again",
+                dest.display()
+            )
+        );
+        assert_eq!(names(&elsewhere), copy);
+        assert_eq!(names(&moved), copy);
+        assert!(std::fs::symlink_metadata(&dest).unwrap().is_symlink());
+        // A destination left where it was is checked, and loses its marker, as before.
+        let kept = dir.path().join("kept");
+        let taken = backup::take(&store, &db, &kept, false).unwrap();
+        drop(store);
+        let audit = check(taken, &kept, "").unwrap();
+        assert!(audit.consistent());
+        assert_eq!(names(&kept), ["data.mdb", "lock.mdb", "plugin-state"]);
+        assert_eq!(names(&elsewhere), copy);
+    }
 
     /// A failed copy said "nothing was left in DEST" whatever its undo did. That is said now
     /// only where the undo removed it all; otherwise what may be left and why.
