@@ -939,37 +939,95 @@ mod tests {
         assert!(fs::symlink_metadata(&dest).unwrap().is_symlink());
     }
 
-    /// Undo ignored its errors, so a failed backup said "nothing was left in DEST" beside a
-    /// copy it could not remove. An entry that cannot be removed (immutable here) is now its
-    /// error, naming the entry; the others are removed all the same.
-    #[test]
-    fn an_undo_that_cannot_remove_what_it_wrote_says_so() {
-        let dir = tempfile::tempdir().unwrap();
-        let dest = dir.path().join("dest");
-        fs::create_dir(&dest).unwrap();
-        fs::write(dest.join("data.mdb"), "ours").unwrap();
-        fs::write(dest.join(UNVERIFIED), "ours").unwrap();
-        let stuck = dest.join("data.mdb");
-        let chattr = |flag: &str| {
-            std::process::Command::new("chattr")
-                .arg(flag)
-                .arg(&stuck)
+    /// A test that could not set up what it needs (a mount, a flag the filesystem refuses):
+    /// skipped, unless `WORLDD_TESTS_REQUIRE_MOUNTS` is set (CI, which runs as root), where a
+    /// skip would report a pass for a test that never ran. The rule of `mount_failed` in
+    /// daemon/tests/common, read here on its own: a unit test cannot use that harness, which is
+    /// the integration tests' module.
+    fn required(what: &str) {
+        if std::env::var_os("WORLDD_TESTS_REQUIRE_MOUNTS").is_some_and(|v| !v.is_empty()) {
+            panic!("{what} failed, and WORLDD_TESTS_REQUIRE_MOUNTS is set");
+        }
+        eprintln!("skipped: {what} failed (it needs root)");
+    }
+
+    /// A small tmpfs mounted on a temporary directory, unmounted on drop.
+    struct Tmpfs(tempfile::TempDir);
+
+    impl Tmpfs {
+        fn mount() -> Option<Tmpfs> {
+            let dir = tempfile::tempdir().ok()?;
+            std::process::Command::new("mount")
+                .args(["-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs"])
+                .arg(dir.path())
                 .stderr(std::process::Stdio::null())
                 .status()
                 .is_ok_and(|s| s.success())
-        };
-        if !chattr("+i") {
-            eprintln!("skipped: chattr +i needs root and a filesystem with the flag");
-            return;
+                .then_some(Tmpfs(dir))
         }
-        /// Clears the flag however the test ends, so that the directory can be removed.
-        struct Mutable<F: Fn(&str) -> bool>(F);
-        impl<F: Fn(&str) -> bool> Drop for Mutable<F> {
-            fn drop(&mut self) {
-                (self.0)("-i");
+    }
+
+    impl Drop for Tmpfs {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(self.0.path())
+                .status();
+        }
+    }
+
+    /// `chattr FLAG path`, and whether it took.
+    fn chattr(flag: &str, path: &Path) -> bool {
+        std::process::Command::new("chattr")
+            .arg(flag)
+            .arg(path)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// A copy's `data.mdb` and marker written in a new `dest`, its `data.mdb` made immutable:
+    /// whether the flag took.
+    fn copy_with_a_stuck_file(dest: &Path) -> bool {
+        fs::create_dir(dest).unwrap();
+        fs::write(dest.join("data.mdb"), "ours").unwrap();
+        fs::write(dest.join(UNVERIFIED), "ours").unwrap();
+        chattr("+i", &dest.join("data.mdb"))
+    }
+
+    /// Undo ignored its errors, so a failed backup said "nothing was left in DEST" beside a
+    /// copy it could not remove. An entry that cannot be removed (immutable here) is now its
+    /// error, naming the entry; the others are removed all the same. It needs root, and a
+    /// filesystem that takes the immutable flag: where the temporary directory's does not (a
+    /// tmpfs before Linux 6.0 may not), one this test mounts; it fails rather than skips under
+    /// `WORLDD_TESTS_REQUIRE_MOUNTS` ([`required`]).
+    #[test]
+    fn an_undo_that_cannot_remove_what_it_wrote_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut _mounted = None;
+        let mut dest = dir.path().join("dest");
+        if !copy_with_a_stuck_file(&dest) {
+            let Some(tmpfs) = Tmpfs::mount() else {
+                return required(
+                    "mounting a tmpfs (chattr +i did not take in the temporary directory)",
+                );
+            };
+            dest = tmpfs.0.path().join("dest");
+            _mounted = Some(tmpfs);
+            if !copy_with_a_stuck_file(&dest) {
+                return required("chattr +i in a tmpfs (Linux 6.0 or later takes it)");
             }
         }
-        let _mutable = Mutable(chattr);
+        let stuck = dest.join("data.mdb");
+        /// Clears the flag however the test ends (before the mount and the directory go), so
+        /// that the directory can be removed.
+        struct Mutable<'a>(&'a Path);
+        impl Drop for Mutable<'_> {
+            fn drop(&mut self) {
+                chattr("-i", self.0);
+            }
+        }
+        let _mutable = Mutable(&stuck);
         let e = undo(&opened(&dest), &dest, true, &["data.mdb", UNVERIFIED]).unwrap_err();
         assert_eq!(
             e.to_string(),
@@ -977,6 +1035,42 @@ mod tests {
         );
         assert!(!dest.join(UNVERIFIED).exists());
         assert!(stuck.is_file());
+    }
+
+    /// The immutable-file test passed, skipped, wherever `chattr +i` failed, in CI too. Run
+    /// again as a child with neither `chattr` nor `mount` on its `PATH`, it now fails where
+    /// `WORLDD_TESTS_REQUIRE_MOUNTS` is set, and skips only where it is unset or empty.
+    #[test]
+    fn the_immutable_file_test_fails_rather_than_skips_where_mounts_are_required() {
+        let empty = tempfile::tempdir().unwrap();
+        let run = |require: &str| {
+            std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "backup::tests::an_undo_that_cannot_remove_what_it_wrote_says_so",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env("PATH", empty.path())
+                .env("WORLDD_TESTS_REQUIRE_MOUNTS", require)
+                .output()
+                .unwrap()
+        };
+        let said = "mounting a tmpfs (chattr +i did not take in the temporary directory) failed";
+        let required = run("1");
+        let stderr = String::from_utf8_lossy(&required.stderr);
+        assert!(!required.status.success(), "{stderr}");
+        assert!(
+            stderr.contains(&format!("{said}, and WORLDD_TESTS_REQUIRE_MOUNTS is set")),
+            "{stderr}"
+        );
+        let optional = run("");
+        let stderr = String::from_utf8_lossy(&optional.stderr);
+        assert!(optional.status.success(), "{stderr}");
+        assert!(
+            stderr.contains(&format!("skipped: {said} (it needs root)")),
+            "{stderr}"
+        );
     }
 
     /// A destination holding only an interrupted backup's partial copy is refused as such; one
