@@ -76,6 +76,15 @@ impl ApiError {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "Damaged", message)
     }
 
+    /// 500 `Damaged`: log row `index` no longer decodes as an entry. Named like a damaged
+    /// object rather than hidden behind "internal": the operator has one row to repair, and a
+    /// client walking the chain can mark that one link broken and go on.
+    pub fn damaged_entry(index: u64, cause: impl std::fmt::Display) -> ApiError {
+        let message = format!("log entry {index} is damaged: {cause}; run worldd doctor");
+        tracing::error!("{message}");
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "Damaged", message)
+    }
+
     /// The REST mapping of a session refusal; a 401 with its challenge.
     pub fn from_auth(f: AuthFailure) -> ApiError {
         let (status, class, message) = match f {

@@ -22,7 +22,7 @@ use base64::Engine;
 use broker_core::access::{self, Reader};
 use broker_core::commit::{self, RestCommit};
 use broker_core::journal::Receipt;
-use broker_core::log::{self, Entry, World};
+use broker_core::log::{self, Entry, LogError, World};
 use broker_core::object::{Object, ObjectView, Ref};
 use broker_core::registry;
 use broker_core::store::StoreError;
@@ -291,7 +291,15 @@ async fn log_entry(
         .parse()
         .map_err(|_| ApiError::bad_request("log index must be a non-negative integer"))?;
     let store = state.store().clone();
-    let e = blocking(move || Ok(store.read(|rd| log::entry(rd, i))?)).await?;
+    let e = blocking(move || {
+        store.read(|rd| match log::entry(rd, i) {
+            // A row that no longer decodes is that entry's damage, not the daemon's failure.
+            Err(LogError::Corrupt(why)) => Err(ApiError::damaged_entry(i, why)),
+            Err(LogError::Store(StoreError::Corrupt(why))) => Err(ApiError::damaged_entry(i, why)),
+            other => Ok(other?),
+        })
+    })
+    .await?;
     let e = e.ok_or_else(|| ApiError::not_found("log entry not found"))?;
     Ok(Json(e.to_value()))
 }
