@@ -192,12 +192,21 @@ async fn summaries(
     })
     .await
     .map_err(|e| ApiError::internal("summaries task", e))??;
-    Ok(Json(json!({
+    let mut answer = json!({
         "items": page.items.iter().map(Summary::to_json).collect::<Vec<_>>(),
         "from": page.from,
         "next": page.next,
         "head": page.head,
-    })))
+    });
+    // Only when there is damage to name: the page of an intact log is as it always was.
+    if !page.damaged.is_empty() {
+        answer["damaged"] = page
+            .damaged
+            .iter()
+            .map(log_summary::Damaged::to_json)
+            .collect();
+    }
+    Ok(Json(answer))
 }
 
 /// One open stream.
@@ -329,6 +338,13 @@ impl Follow {
                     return Some((Ok(error_event(ApiError::internal("log stream", e))), self));
                 }
             };
+            // A stream cannot carry a damaged position as an event (each event is one
+            // entry): it ends saying which, as a summaries page lists it.
+            if let Some(d) = page.damaged.first() {
+                self.ended = true;
+                let e = ApiError::damaged_entry(d.index, &d.cause);
+                return Some((Ok(error_event(e)), self));
+            }
             self.next = page.next;
             self.pending.extend(page.items);
             if self.pending.is_empty() && self.next > page.head {

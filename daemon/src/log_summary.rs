@@ -113,6 +113,16 @@ pub fn summarise(
     let Some(entry) = log::entry(r, index)? else {
         return Ok(None);
     };
+    summarise_entry(r, index, entry, reader)
+}
+
+/// [`summarise`] of the decoded entry at `index`.
+fn summarise_entry(
+    r: &ReadCtx<'_>,
+    index: u64,
+    entry: Entry,
+    reader: &Reader,
+) -> Result<Option<Summary>, LogError> {
     let world_ref = log::world_ref_at(r, index)?;
     let call = entry.header.written_by.starts_with(log::COORDINATOR_PREFIX);
     // A coordinator's entry names its invocation record: that is its kind, whatever kind the
@@ -233,6 +243,36 @@ pub struct Page {
     pub next: u64,
     /// The index of the head entry when the page was read.
     pub head: u64,
+    /// The positions among those scanned whose row no longer decodes as an entry, each with
+    /// what does not: listed to every reader (entry headers are public), so one damaged row
+    /// is named where it is instead of failing every page that spans it.
+    pub damaged: Vec<Damaged>,
+}
+
+/// A log row that no longer decodes as an entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Damaged {
+    pub index: u64,
+    pub cause: String,
+}
+
+impl Damaged {
+    /// `{"index", "damaged": true, "reason"}`: the reason is what `GET /v1/log/{index}` says.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "index": self.index,
+            "damaged": true,
+            "reason": format!("log entry {} is damaged: {}; run worldd doctor", self.index, self.cause),
+        })
+    }
+}
+
+/// What does not decode, when `e` is a row of the log that does not.
+pub fn undecodable(e: &LogError) -> Option<&str> {
+    match e {
+        LogError::Corrupt(why) | LogError::Store(StoreError::Corrupt(why)) => Some(why),
+        _ => None,
+    }
 }
 
 /// Scan up to `limit` entries from `from` (default: the last `limit` entries) in one read
@@ -251,8 +291,23 @@ pub fn page(
         .min(head.saturating_add(1))
         .max(from);
     let mut items = Vec::new();
+    let mut damaged = Vec::new();
     for i in from..end {
-        if let Some(s) = summarise(r, i, reader)? {
+        let entry = match log::entry(r, i) {
+            Ok(Some(entry)) => entry,
+            Ok(None) => continue,
+            Err(e) => match undecodable(&e) {
+                Some(why) => {
+                    damaged.push(Damaged {
+                        index: i,
+                        cause: why.to_owned(),
+                    });
+                    continue;
+                }
+                None => return Err(e),
+            },
+        };
+        if let Some(s) = summarise_entry(r, i, entry, reader)? {
             items.push(s);
         }
     }
@@ -261,6 +316,7 @@ pub fn page(
         from,
         next: end,
         head,
+        damaged,
     })
 }
 

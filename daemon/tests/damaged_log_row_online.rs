@@ -8,6 +8,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
+use common::why::session_file;
 use common::*;
 use serde_json::json;
 
@@ -84,4 +85,66 @@ fn the_route_of_an_undecodable_log_row_answers_500_damaged_naming_the_entry() {
     // Its neighbours are served as ever.
     assert_eq!(get(&d.url("/v1/log/1"), Some(&ops)).status, 200);
     assert_eq!(get(&d.url("/v1/log/3"), Some(&ops)).status, 200);
+}
+
+#[test]
+fn a_summaries_page_spanning_an_undecodable_row_is_answered_with_that_position_marked_damaged() {
+    let (kept, _db) = damaged_row_2();
+    let d = serve(kept);
+    let ops = d.operator_session("ops", &[]);
+    let agent = d.session("ep1", &["Workspace.Read=worktree:9"]);
+    let reason = format!("log entry 2 is damaged: {CAUSE}; run worldd doctor");
+    for token in [&ops, &agent] {
+        let a = get(&d.url("/v1/log/summaries?from=0&limit=5"), Some(token));
+        assert_eq!(a.status, 200, "{}", a.text());
+        let page = a.json();
+        let listed: Vec<u64> = page["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["header"]["entryIndex"].as_u64().unwrap())
+            .collect();
+        assert_eq!(listed, [0, 1, 3, 4]);
+        assert_eq!(
+            page["damaged"],
+            json!([{"index": 2, "damaged": true, "reason": reason}])
+        );
+        assert_eq!(
+            (&page["from"], &page["next"], &page["head"]),
+            (&json!(0), &json!(5), &json!(4))
+        );
+        // A page that does not span it says nothing of it: no `damaged` member at all.
+        let a = get(&d.url("/v1/log/summaries?from=3&limit=2"), Some(token));
+        assert_eq!(a.status, 200);
+        assert_eq!(a.json().get("damaged"), None, "{}", a.text());
+    }
+    // `log tail` reads those pages: it lists the entries around the damaged row.
+    let scratch = tempfile::tempdir().unwrap();
+    let session = session_file(scratch.path(), "ops", &ops);
+    let url = d.url("");
+    let (code, out, err) = worldd(
+        &[
+            "log",
+            "tail",
+            "--addr",
+            &url,
+            "--session",
+            path_str(&session),
+        ],
+        None,
+    );
+    assert_eq!((code, err.as_str()), (0, ""), "{out}");
+    assert_eq!(out.lines().count(), 4, "{out}");
+}
+
+#[test]
+fn a_log_stream_reaching_an_undecodable_row_ends_with_a_damaged_error_event() {
+    let (kept, _db) = damaged_row_2();
+    let d = serve(kept);
+    let ops = d.operator_session("ops", &[]);
+    let a = get(&d.url("/v1/log/stream?from=0"), Some(&ops));
+    assert_eq!(a.status, 200);
+    let message = format!("log entry 2 is damaged: {CAUSE}; run worldd doctor");
+    let data = json!({"error": {"class": "Damaged", "message": message}}).to_string();
+    assert_eq!(a.text(), format!("event: error\ndata: {data}\n\n"));
 }
