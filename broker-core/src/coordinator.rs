@@ -550,12 +550,7 @@ impl Coordinator {
         let Some(state) = self.store.read(|r| task::get(r, episode, &key))? else {
             return Ok(None);
         };
-        let phase = match state.phase {
-            TaskPhase::Committed => CallState::Committed,
-            TaskPhase::Unrecorded => CallState::Unrecorded,
-            TaskPhase::Withdrawn => CallState::Withdrawn,
-            TaskPhase::Pending => CallState::Indeterminate,
-        };
+        let phase = CallState::of(state.phase);
         let effects = self.summaries(&state.effect_records)?;
         Ok(Some(Reconciliation {
             invocation_id,

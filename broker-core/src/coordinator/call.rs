@@ -12,6 +12,7 @@ use crate::object::Ref;
 use crate::registry::RegistryError;
 use crate::session::Session;
 use crate::store::StoreError;
+use crate::task::TaskPhase;
 
 use super::R8_MESSAGE;
 
@@ -96,6 +97,17 @@ impl CallState {
             CallState::Indeterminate => "indeterminate",
             CallState::Unrecorded => "unrecorded",
             CallState::Withdrawn => "withdrawn",
+        }
+    }
+
+    /// What became of a call, as its task phase says: the one reading of a phase that the
+    /// reconciliation routes and `worldd why` of a store share.
+    pub fn of(phase: TaskPhase) -> CallState {
+        match phase {
+            TaskPhase::Committed => CallState::Committed,
+            TaskPhase::Unrecorded => CallState::Unrecorded,
+            TaskPhase::Withdrawn => CallState::Withdrawn,
+            TaskPhase::Pending => CallState::Indeterminate,
         }
     }
 }

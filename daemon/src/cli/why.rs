@@ -162,15 +162,44 @@ fn base(client: &ClientArgs) -> String {
     super::client::base_url(&client.addr).unwrap_or_else(|_| client.addr.clone())
 }
 
-/// An invocation no entry records because it was journaled and never committed (its intent
-/// has no outcome): said as such, since no `--scan` finds it. `None` for any other.
+/// An invocation no entry records because it was journaled and never committed: its intent
+/// has no outcome, or was closed without an entry (withdrawn at its deadline, or unrecorded:
+/// the effect ran and its record is stored, the commit failed). Said as such, as a daemon's
+/// `/v1/invocations/{id}` says it, since no `--scan` finds it. `None` for any other.
 fn uncommitted(store: &broker_core::store::Store, id: &str) -> Option<Failure> {
+    use broker_core::coordinator::CallState;
     let open = store.indeterminate().ok()?;
-    open.iter().any(|p| p.intent.invocation_id == id).then(|| {
-        Failure::usage(format!(
+    if open.iter().any(|p| p.intent.invocation_id == id) {
+        return Some(Failure::usage(format!(
             "why: invocation {id} is journaled but not committed: its intent has no recorded outcome (indeterminate, or still in flight where a daemon serves the store), so no entry records it; `worldd calls get {id}` asks the daemon what became of it"
-        ))
-    })
+        )));
+    }
+    let (surface, episode, task) = broker_core::task::split_invocation_id(id)?;
+    let state = store
+        .read(|r| broker_core::task::get(r, episode, &format!("{surface}:{task}")))
+        .ok()??;
+    // The phase read as the reconciliation routes read it.
+    let closed = match CallState::of(state.phase) {
+        CallState::Withdrawn => {
+            "withdrawn (its deadline passed before its handler started: nothing ran or was spent)"
+                .to_owned()
+        }
+        CallState::Unrecorded => match state.effect_records.as_slice() {
+            [] => "unrecorded (the effect ran)".to_owned(),
+            [one] => format!("unrecorded (the effect ran; its effect record {one})"),
+            many => format!(
+                "unrecorded (the effects ran; their effect records {})",
+                many.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        },
+        CallState::Committed | CallState::Indeterminate => return None,
+    };
+    Some(Failure::usage(format!(
+        "why: invocation {id} is journaled but not committed: its intent was closed {closed}, so no entry records it; `worldd calls get {id}` says what to do"
+    )))
 }
 
 /// The stdin of `why -` in canonical JSON, when it parses strictly and is not already that:
@@ -275,7 +304,11 @@ fn online(
             Some((state, reason)) => Failure::usage(format!(
                 "why: invocation {id} is not committed: the daemon at {} says it is {state}{}, so no entry records it; `worldd calls get {id}` says what to do",
                 remote.base(),
-                reason.map(|r| format!(" ({r})")).unwrap_or_default()
+                // `unrecorded`'s reason is its state's own name: said once.
+                reason
+                    .filter(|r| *r != state)
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default()
             )),
             // Another episode's call reads as absent to this session whatever `--scan` says,
             // and whether or not it exists: said as `calls get` says it.
