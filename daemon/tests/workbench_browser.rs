@@ -2914,3 +2914,170 @@ fn a_credential_pasted_with_its_bearer_prefix_signs_in() {
         (b.text_of("#live").as_deref() == Some("live")).then_some(())
     });
 }
+
+/// Open entry `i` on the signed-in page and answer its verdict, whichever it is.
+fn entry_verdict(b: &Browser, base: &str, i: u64) -> String {
+    b.goto(&format!("{base}/workbench#entry/{i}"));
+    b.wait_for(&format!("entry {i}"), |b| {
+        b.text_of("#detail h2")
+            .filter(|t| t.starts_with(&format!("Entry #{i}\n")) || t == &format!("Entry #{i}"))
+    });
+    verdict(b)
+}
+
+/// The `.why` text of the open entry's link of `kind`.
+fn link_why(b: &Browser, kind: &str) -> String {
+    b.text_of(&format!("#links > li[data-kind='{kind}'] .why"))
+        .unwrap_or_else(|| panic!("no {kind} link shown"))
+}
+
+/// `n` reads by one agent in a daemon that is then stopped: its directory, and the token.
+fn reads_then_halted(n: usize) -> (tempfile::TempDir, String) {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:100"]);
+    for _ in 0..n {
+        call_read(&d, &token, "hello.txt");
+    }
+    (d.halt(), token)
+}
+
+/// The page linked `prevEntryHash` to the previous entry's *claimed* `entryHash`: one damaged
+/// hex digit in entry 1's `entryHash` text marked the intact entry 2 ✗ ("bytes that do not
+/// match their address"), while `worldd why` verifies it. Entry 1's hash is what its header
+/// recomputes to.
+#[test]
+fn an_intact_entry_after_one_whose_entry_hash_text_is_damaged_verifies() {
+    let Some(b) = Browser::start_or_skip(
+        "an_intact_entry_after_one_whose_entry_hash_text_is_damaged_verifies",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let (dir, token) = reads_then_halted(2);
+    {
+        use broker_core::store::{RawTable, Store};
+        let store = Store::open(&dir.path().join("db"), Default::default()).unwrap();
+        let mut row = store
+            .raw_get(RawTable::Log, &1u64.to_be_bytes())
+            .unwrap()
+            .unwrap();
+        let marker = b"\"entryHash\":\"sha256:";
+        let at = row.windows(marker.len()).position(|w| w == marker).unwrap() + marker.len();
+        row[at] = if row[at] == b'0' { b'1' } else { b'0' };
+        store
+            .raw_overwrite(RawTable::Log, 1u64.to_be_bytes().to_vec(), row)
+            .unwrap();
+    }
+    let d = Daemon::start_in(dir, WS, &[]);
+    let (code, out, err) = worldd(&["why", "2", "--db", path_str(&d.db())], None);
+    assert_eq!(code, 0, "{out}{err}");
+    sign_in(&b, &d.url(""), &token, "#entry/2");
+    assert_eq!(verdict(&b), "✓ 7 links verified");
+    // Entry 1 itself is broken, at its entry link only, in `why`'s words; the world selecting
+    // it names its recomputed hash, so that link holds.
+    let (code, out, err) = worldd(&["why", "1", "--db", path_str(&d.db())], None);
+    assert_eq!(code, 3, "{out}{err}");
+    assert_eq!(
+        entry_verdict(&b, &d.url(""), 1),
+        "✗ 1 of 7 links broken: the daemon served bytes that do not match their address"
+    );
+    let broken: Vec<String> = links(&b)
+        .into_iter()
+        .filter(|(_, ok, _)| !ok)
+        .map(|(kind, _, _)| kind)
+        .collect();
+    assert_eq!(broken, ["entry"]);
+    let why = link_why(&b, "entry");
+    assert!(
+        out.contains(&format!("✗ entry   -  {why}\n")),
+        "{out}\n{why}"
+    );
+    assert_eq!(entry_verdict(&b, &d.url(""), 2), "✓ 7 links verified");
+    b.screenshot(&shots().join("workbench-prev-entry-hash-text.png"));
+}
+
+/// A log row holding a byte copy of entry 5 at position 6 was shown as "Entry #6 does not
+/// exist or is not visible to this credential", as if it were another episode's; `worldd why
+/// 6` calls it broken. The page now shows the row broken, in `why`'s words.
+#[test]
+fn a_row_holding_a_copy_of_another_entry_is_shown_broken_not_absent() {
+    let Some(b) = Browser::start_or_skip(
+        "a_row_holding_a_copy_of_another_entry_is_shown_broken_not_absent",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let (dir, token) = reads_then_halted(7);
+    {
+        use broker_core::store::{RawTable, Store};
+        let store = Store::open(&dir.path().join("db"), Default::default()).unwrap();
+        let five = store
+            .raw_get(RawTable::LogRow, &5u64.to_be_bytes())
+            .unwrap()
+            .unwrap();
+        store
+            .raw_overwrite(RawTable::LogRow, 6u64.to_be_bytes().to_vec(), five)
+            .unwrap();
+    }
+    let d = Daemon::start_in(dir, WS, &[]);
+    let copy = "this row holds a copy of entry 5 (its header says index 5 at position 6)";
+    let (code, out, err) = worldd(&["why", "6", "--db", path_str(&d.db())], None);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(out.contains(copy), "{out}");
+    sign_in(&b, &d.url(""), &token, "#entry/5");
+    assert_eq!(verdict(&b), "✓ 7 links verified");
+    assert_eq!(
+        entry_verdict(&b, &d.url(""), 6),
+        "✗ 1 of 1 link broken: the daemon served records that do not read as, or fit, what refers to them"
+    );
+    let entry = b.find("#links > li[data-kind='entry']");
+    assert_eq!(b.attr(&entry, "data-ok").as_deref(), Some("false"));
+    assert_eq!(b.attr(&entry, "data-failure").as_deref(), Some("invalid"));
+    assert_eq!(link_why(&b, "entry"), copy);
+    b.screenshot(&shots().join("workbench-copied-row.png"));
+}
+
+/// An object the daemon refuses as `500 Damaged` (its stored bytes altered) was counted "not
+/// served … nothing served was found altered", the opposite of what the daemon said; `worldd
+/// why` calls it a broken link (exit 3). The verdict counts it as damage, in its own words.
+#[test]
+fn an_object_the_daemon_reports_damaged_is_counted_as_damage_not_as_unserved() {
+    let Some(b) = Browser::start_or_skip(
+        "an_object_the_daemon_reports_damaged_is_counted_as_damage_not_as_unserved",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:10"]);
+    call_read(&d, &token, "hello.txt");
+    let input = input_ref(&d, &token, 1);
+    let dir = d.halt();
+    flip_object_byte(&dir.path().join("db"), &input.parse().unwrap(), 0, true);
+    let d = Daemon::start_in(dir, WS, &[]);
+    let refused = get(
+        &d.url(&format!("/v1/objects/{input}?payload=true")),
+        Some(&token),
+    );
+    assert_eq!(refused.status, 500, "{}", refused.text());
+    let refused = refused.json();
+    assert_eq!(refused["error"]["class"], "Damaged", "{refused}");
+    sign_in(&b, &d.url(""), &token, "#entry/1");
+    assert_eq!(
+        verdict(&b),
+        "✗ 1 of 7 links broken: the daemon reports its stored bytes damaged and did not serve them"
+    );
+    let link = b.find("#links > li[data-kind='input']");
+    assert_eq!(b.attr(&link, "data-failure").as_deref(), Some("damaged"));
+    assert_eq!(
+        link_why(&b, "input"),
+        format!(
+            "not served: HTTP 500 Damaged: {}",
+            refused["error"]["message"].as_str().unwrap()
+        )
+    );
+    b.screenshot(&shots().join("workbench-damaged.png"));
+}

@@ -60,6 +60,26 @@ class Broken extends Error {
 
 const unserved = (message, served) => new Broken(message, served, "unserved");
 const mismatch = (message, served) => new Broken(message, served, "mismatch");
+const damaged = (message, served) => new Broken(message, served, "damaged");
+
+/**
+ * A failed fetch as a broken link: the daemon's `500 Damaged` says its stored bytes are
+ * altered (it never serves them), which is damage found, not a link left unchecked.
+ */
+function notServed(prefix, err, served) {
+  const message = `${prefix}: ${err.message}`;
+  return err.status === 500 && err.cls === "Damaged" ? damaged(message, served) : unserved(message, served);
+}
+
+/** The hash an entry's header and transition ref give it, whatever its `entryHash` member says. */
+function recomputedHash(e) {
+  const h = e.header || {};
+  return refOfJson({
+    entryIndex: h.entryIndex, semanticsEpoch: h.semanticsEpoch, transitionFn: h.transitionFn,
+    interpreter: h.interpreter, prevEntryHash: h.prevEntryHash, writtenBy: h.writtenBy,
+    transitionRef: e.transitionRef,
+  });
+}
 
 const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
 
@@ -73,7 +93,8 @@ function parseJson(bytes) {
 
 /**
  * Verify entry `index`. `api.json(path)` answers the parsed JSON of a 2xx reply and throws an
- * Error whose message names the status otherwise. `worldRef` is the ref of the world that
+ * Error whose message names the status otherwise (with `status` and the error class as `cls`
+ * when the daemon answered). `worldRef` is the ref of the world that
  * selected the entry (from its summary). Returns `{entry, links, facts}`, each link
  * `{kind, ref, ok, detail, doc, text, fields}`; `facts` are what the verified links say of the
  * entry's header (see `factsOf`).
@@ -101,7 +122,7 @@ export async function verifyEntry(api, index, worldRef) {
     try {
       o = await api.json(`/v1/objects/${ref}?payload=true`);
     } catch (e) {
-      throw unserved(`not served: ${e.message}`);
+      throw notServed("not served", e);
     }
     const bytes = fromBase64(o.payload || "");
     const actual = await refOf(bytes);
@@ -126,23 +147,39 @@ export async function verifyEntry(api, index, worldRef) {
     return o;
   }
 
-  // The entry: its hash recomputed, its place in the chain.
+  // The entry: its hash recomputed, its place in the chain. `entryHash` is the recomputed
+  // hash, the one the world selecting this entry names even when the served text is damaged.
   let entry = null;
+  let entryHash = null;
   await link("entry", null, async () => {
     let e;
     try {
       e = await api.json(`/v1/log/${index}`);
     } catch (err) {
-      throw unserved(`not served: ${err.message}`);
+      throw notServed("not served", err);
+    }
+    const h = e.header || {};
+    // A row whose header names another index holds no entry of this position: the links past
+    // it would check that other entry's chain, so the walk ends here, as `worldd why`'s does.
+    if (h.entryIndex !== index) {
+      const n = h.entryIndex;
+      // A copy of another entry (a bad restore, a tamper) is named as one, as `worldd why`
+      // names it: the entry it copies is intact, and its own page says so.
+      let copy = false;
+      if (Number.isSafeInteger(n) && n >= 0) {
+        try {
+          copy = JSON.stringify(await api.json(`/v1/log/${n}`)) === JSON.stringify(e);
+        } catch {
+          copy = false;
+        }
+      }
+      throw new Broken(copy
+        ? `this row holds a copy of entry ${n} (its header says index ${n} at position ${index})`
+        : `header says index ${n} at position ${index}`, { doc: e });
     }
     entry = e;
-    const h = e.header || {};
-    if (h.entryIndex !== index) throw new Broken(`header says index ${h.entryIndex} at position ${index}`, { doc: e });
-    const recomputed = await refOfJson({
-      entryIndex: h.entryIndex, semanticsEpoch: h.semanticsEpoch, transitionFn: h.transitionFn,
-      interpreter: h.interpreter, prevEntryHash: h.prevEntryHash, writtenBy: h.writtenBy,
-      transitionRef: e.transitionRef,
-    });
+    const recomputed = await recomputedHash(e);
+    entryHash = recomputed;
     if (recomputed !== e.entryHash) {
       throw mismatch(`entryHash ${e.entryHash} does not match the recomputed ${recomputed}`, { doc: e });
     }
@@ -154,9 +191,11 @@ export async function verifyEntry(api, index, worldRef) {
       try {
         prev = await api.json(`/v1/log/${index - 1}`);
       } catch (err) {
-        throw unserved(`entry ${index - 1} not served: ${err.message}`, { doc: e });
+        throw notServed(`entry ${index - 1} not served`, err, { doc: e });
       }
-      linked = prev.entryHash === h.prevEntryHash;
+      // Entry i−1's hash is what its header recomputes to, as `worldd why` links it: a damaged
+      // `entryHash` text there breaks that entry, not this one.
+      linked = (await recomputedHash(prev)) === h.prevEntryHash;
     }
     if (!linked) {
       throw mismatch(`prevEntryHash ${h.prevEntryHash} is not the hash of entry ${Math.max(0, index - 1)}`, { doc: e });
@@ -197,12 +236,12 @@ export async function verifyEntry(api, index, worldRef) {
       try {
         w = await api.json(`/v1/worlds/${worldRef}`);
       } catch (e) {
-        throw unserved(`not served: ${e.message}`);
+        throw notServed("not served", e);
       }
       const doc = { revision: w.revision, stateRoot: w.stateRoot, logHead: w.logHead };
       const recomputed = await refOfJson(doc);
       if (recomputed !== worldRef) throw mismatch(`the world served hashes to ${recomputed}, not to its ref`, { doc });
-      if (w.revision !== index || w.logHead !== entry.entryHash) throw new Broken("the world does not select this entry", { doc });
+      if (w.revision !== index || w.logHead !== entryHash) throw new Broken("the world does not select this entry", { doc });
       if (expectRoot && w.stateRoot !== expectRoot) throw new Broken(`stateRoot ${w.stateRoot} is not the output ${expectRoot}`, { doc });
       return {
         doc, stateRoot: w.stateRoot,

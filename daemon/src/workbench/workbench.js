@@ -1009,7 +1009,10 @@ function dispatch(type, data) {
 async function summaryOf(index) {
   if (state.entries.has(index)) return state.entries.get(index);
   const page = await api.json(`/v1/log/summaries?from=${index}&limit=1`);
-  return page.items.find((s) => s.header.entryIndex === index) || null;
+  // The page scans the one row at `index`: a summary it lists is that row's even when its
+  // header names another index (a copy of another entry), which verification then shows broken.
+  return page.items.find((s) => s.header.entryIndex === index) ||
+    (page.from === index && page.items.length === 1 ? page.items[0] : null);
 }
 
 /**
@@ -1134,6 +1137,7 @@ async function showEntry(index) {
 // Why links broke, in the verdict: alone, and counted beside another cause.
 const FAILURES = [
   ["mismatch", "the daemon served bytes that do not match their address", "served bytes that do not match their address"],
+  ["damaged", "the daemon reports its stored bytes damaged and did not serve them", "reported damaged by the daemon"],
   ["unserved", "not served by the daemon (an error or no answer), so not checked; nothing served was found altered", "not served"],
   ["invalid", "the daemon served records that do not read as, or fit, what refers to them", "served records that do not fit what refers to them"],
 ];
