@@ -8,7 +8,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::why::session_file;
+use common::why::{online, session_file};
 use common::*;
 use serde_json::json;
 
@@ -147,4 +147,66 @@ fn a_log_stream_reaching_an_undecodable_row_ends_with_a_damaged_error_event() {
     let message = format!("log entry 2 is damaged: {CAUSE}; run worldd doctor");
     let data = json!({"error": {"class": "Damaged", "message": message}}).to_string();
     assert_eq!(a.text(), format!("event: error\ndata: {data}\n\n"));
+}
+
+/// Offline, entry 3's link to entry 2 is checked through the store's index of entry hashes,
+/// which still names entry 2; a daemon serves no such index, and entry 2's row is all that
+/// could show the link, so online that one link is broken (said why) and the rest verified.
+#[test]
+fn online_why_marks_the_entry_link_broken_after_an_undecodable_row_and_verifies_the_rest() {
+    let (kept, db) = damaged_row_2();
+    let db = path_str(&db).to_owned();
+    let handles = ["0", "1", "2", "3", "4", "head"];
+    let mut said = String::new();
+    let mut offline = Vec::new();
+    for i in handles {
+        let (code, out, err) = worldd(&["why", i, "--db", &db], None);
+        said.push_str(&format!("offline why {i}:\n{out}{err}"));
+        offline.push(code);
+    }
+    let d = serve(kept);
+    let ops = d.operator_session("ops", &[]);
+    let scratch = tempfile::tempdir().unwrap();
+    let session = session_file(scratch.path(), "ops", &ops);
+    let mut online_codes = Vec::new();
+    for i in handles {
+        let (code, out, err) = online(&d.addr, &session, &[i], None);
+        said.push_str(&format!("online why {i}:\n{out}{err}"));
+        online_codes.push(code);
+    }
+    assert_eq!(offline, [0, 0, 3, 0, 0, 0], "{said}");
+    assert_eq!(online_codes, [0, 0, 3, 3, 0, 0], "{said}");
+
+    let served = format!(
+        "the daemon at http://{} does not serve it: log entry 2 is damaged: {CAUSE}; run worldd doctor",
+        d.addr
+    );
+    let (code, out, err) = online(&d.addr, &session, &["2"], None);
+    assert_eq!(code, 3);
+    assert_eq!(
+        out,
+        format!("why: entry 2 (matched by index)\n  ✗ entry   -  {served}\n")
+    );
+    assert_eq!(
+        err,
+        format!("worldd: why: 1 of 1 link(s) broken: what the daemon at http://{} serves does not match its content address; do not trust this answer\n", d.addr)
+    );
+    let (code, out, err) = online(&d.addr, &session, &["3"], None);
+    assert_eq!(code, 3, "{out}{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 11, "{out}");
+    let broken: Vec<&&str> = lines.iter().filter(|l| l.starts_with("  ✗")).collect();
+    assert_eq!(broken.len(), 1, "{out}");
+    assert!(broken[0].starts_with("  ✗ entry   sha256:"), "{out}");
+    assert!(
+        broken[0].ends_with(&format!(
+            " cannot be checked: entry 2 cannot be read: {served}"
+        )),
+        "{out}"
+    );
+    assert!(broken[0].contains("  prevEntryHash sha256:"), "{out}");
+    assert_eq!(
+        err,
+        format!("worldd: why: 1 of 10 link(s) broken: what the daemon at http://{} serves does not match its content address; do not trust this answer\n", d.addr)
+    );
 }

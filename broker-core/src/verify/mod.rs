@@ -262,7 +262,9 @@ fn locate<S: Source + ?Sized>(
     match handle {
         Handle::Head => Ok(vec![(head_index(src)?, "head".into())]),
         Handle::Index(i) => {
-            if src.entry(*i)?.is_none() {
+            // A row the source holds but cannot serve (a damaged row a daemon will not pass
+            // off as an entry) is walked all the same: its entry link says why it is broken.
+            if matches!(src.entry(*i), Ok(None)) {
                 // Below the head it is a hole, which no scan finds: damage, said as such.
                 if let Some(hole) = hole_at(src, *i) {
                     return Err(VerifyError::Integrity(format!("{hole}: run worldd doctor")));

@@ -521,7 +521,7 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
         };
         let entry = match entry {
             Ok((entry, detail)) => {
-                walk.push("entry", Some(entry.entry_hash), Ok(detail));
+                walk.push("entry", Some(entry.entry_hash), detail);
                 entry
             }
             Err(why) => {
@@ -551,7 +551,14 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
         walk.into_report(index, matched_by)
     }
 
-    fn check_entry(&self, index: u64, bytes: &[u8]) -> Result<(Entry, String), String> {
+    /// The entry at `index` and its link's verdict. `Err` when the entry itself cannot be
+    /// walked; a link that fails only because entry `index − 1` cannot be read is a broken
+    /// link of an entry that is still walked, as the damage is that other row's.
+    fn check_entry(
+        &self,
+        index: u64,
+        bytes: &[u8],
+    ) -> Result<(Entry, Result<String, String>), String> {
         // Strict parsing (no duplicate keys, no unknown fields) plus the recomputed hash below
         // cover every field; the bytes need not be re-serialised to be trusted.
         let entry = Entry::from_bytes(bytes).map_err(|e| format!("unreadable: {e}"))?;
@@ -598,18 +605,23 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
                     Ref::ZERO
                 ));
             }
-            Some(before)
-                if !matches!(
-                    self.src.links(&entry.header.prev_entry_hash, before),
-                    Ok(true)
-                ) =>
-            {
-                return Err(format!(
-                    "prevEntryHash {} is not the hash of entry {before}",
-                    entry.header.prev_entry_hash
-                ));
-            }
-            _ => {}
+            Some(before) => match self.src.links(&entry.header.prev_entry_hash, before) {
+                Ok(true) => {}
+                Ok(false) => {
+                    return Err(format!(
+                        "prevEntryHash {} is not the hash of entry {before}",
+                        entry.header.prev_entry_hash
+                    ))
+                }
+                Err(e) => {
+                    let why = format!(
+                        "prevEntryHash {} cannot be checked: entry {before} cannot be read: {e}",
+                        entry.header.prev_entry_hash
+                    );
+                    return Ok((entry, Err(why)));
+                }
+            },
+            None => {}
         }
         let pin = if self.interpreter.as_ref() == Ok(&entry.header.interpreter) {
             " (this build's interpreter)"
@@ -623,7 +635,7 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
             entry.header.transition_fn.short(8),
             entry.header.interpreter.short(8)
         );
-        Ok((entry, detail))
+        Ok((entry, Ok(detail)))
     }
 
     /// The row, other than `index`, that the source's index of entry hashes names under
