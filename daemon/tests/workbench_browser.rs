@@ -3081,3 +3081,65 @@ fn an_object_the_daemon_reports_damaged_is_counted_as_damage_not_as_unserved() {
     );
     b.screenshot(&shots().join("workbench-damaged.png"));
 }
+
+/// A log row that no longer decodes (`"header"` renamed `"headeR"`, one flipped bit): the
+/// summaries page names it under `damaged`, and the page showed "does not exist or is not
+/// visible to this credential". Its entry is shown broken, in the daemon's words.
+#[test]
+fn a_log_row_the_daemon_names_damaged_is_shown_broken_not_absent() {
+    let Some(b) = Browser::start_or_skip(
+        "a_log_row_the_daemon_names_damaged_is_shown_broken_not_absent",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let (dir, token) = reads_then_halted(2);
+    {
+        use broker_core::store::{RawTable, Store};
+        let store = Store::open(&dir.path().join("db"), Default::default()).unwrap();
+        let mut row = store
+            .raw_get(RawTable::LogRow, &1u64.to_be_bytes())
+            .unwrap()
+            .unwrap();
+        let at = row.windows(8).position(|s| s == b"\"header\"").unwrap();
+        row[at + 6] = b'R';
+        store
+            .raw_overwrite(RawTable::LogRow, 1u64.to_be_bytes().to_vec(), row)
+            .unwrap();
+    }
+    let d = Daemon::start_in(dir, WS, &[]);
+    let refused = get(&d.url("/v1/log/1"), Some(&token));
+    assert_eq!(refused.status, 500, "{}", refused.text());
+    let refused = refused.json();
+    assert_eq!(refused["error"]["class"], "Damaged", "{refused}");
+    let page = get(&d.url("/v1/log/summaries?from=1&limit=1"), Some(&token)).json();
+    assert_eq!(page["damaged"][0]["index"], 1, "{page}");
+    sign_in(&b, &d.url(""), &token, "#entry/2");
+    // Entry 2's link to entry 1 cannot be checked: broken, and why, not verified.
+    assert_eq!(
+        verdict(&b),
+        "✗ 1 of 7 links broken: the daemon reports its stored bytes damaged and did not serve them"
+    );
+    assert_eq!(
+        link_why(&b, "entry"),
+        format!(
+            "entry 1 not served: HTTP 500 Damaged: {}",
+            refused["error"]["message"].as_str().unwrap()
+        )
+    );
+    assert_eq!(
+        entry_verdict(&b, &d.url(""), 1),
+        "✗ 1 of 1 link broken: the daemon reports its stored bytes damaged and did not serve them"
+    );
+    let entry = b.find("#links > li[data-kind='entry']");
+    assert_eq!(b.attr(&entry, "data-failure").as_deref(), Some("damaged"));
+    assert_eq!(
+        link_why(&b, "entry"),
+        format!(
+            "not served: HTTP 500 Damaged: {}",
+            refused["error"]["message"].as_str().unwrap()
+        )
+    );
+    b.screenshot(&shots().join("workbench-damaged-row.png"));
+}

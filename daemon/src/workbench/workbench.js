@@ -1012,7 +1012,10 @@ async function summaryOf(index) {
   // The page scans the one row at `index`: a summary it lists is that row's even when its
   // header names another index (a copy of another entry), which verification then shows broken.
   return page.items.find((s) => s.header.entryIndex === index) ||
-    (page.from === index && page.items.length === 1 ? page.items[0] : null);
+    (page.from === index && page.items.length === 1 ? page.items[0] : null) ||
+    // A row that no longer decodes has no summary; the page names it among the damaged.
+    (Array.isArray(page.damaged) ? page.damaged.find((d) => d && d.damaged === true && d.index === index) : null) ||
+    null;
 }
 
 /**
@@ -1100,7 +1103,9 @@ async function showEntry(index) {
     verdict.textContent = `Entry #${index} does not exist or is not visible to this credential.`;
     return;
   }
-  let head = entryHeader(index, s, null);
+  // A damaged row has no header to show: its entry link says what the daemon reports.
+  const damagedRow = s.damaged === true;
+  let head = damagedRow ? [h("h2", {}, `Entry #${index}`)] : entryHeader(index, s, null);
   const links = h("ol", { class: "links", id: "links" });
   pane.replaceChildren(back, ...head, verdict, links);
 
@@ -1108,7 +1113,7 @@ async function showEntry(index) {
   const catalog = api.json("/v1/handlers").catch((error) => ({ error }));
   let result;
   try {
-    result = await verifyEntry(api, index, s.worldRef);
+    result = await verifyEntry(api, index, damagedRow ? null : s.worldRef);
   } catch (e) {
     if (gen !== state.verifying) return;
     verdict.className = "verdict bad";
@@ -1121,9 +1126,11 @@ async function showEntry(index) {
   // The links first, then the header as they say it, then the verdict: a verdict on screen
   // means the links are too, and the header above it is checked against them.
   links.replaceChildren(...result.links.map((l) => linkItem(l, loaded)));
-  const checked = entryHeader(index, s, result.facts);
-  for (const [i, el] of head.entries()) el.replaceWith(checked[i]);
-  head = checked;
+  if (!damagedRow) {
+    const checked = entryHeader(index, s, result.facts);
+    for (const [i, el] of head.entries()) el.replaceWith(checked[i]);
+    head = checked;
+  }
   const n = result.links.length;
   const broken = result.links.filter((l) => !l.ok).length;
   verdict.className = `verdict ${broken ? "bad" : "ok"}`;
