@@ -110,7 +110,9 @@ pub fn run(a: WhyArgs) -> CliResult {
         (Handle::Output(bytes), form)
     } else {
         (
-            Handle::parse(&a.handle).map_err(|e| Failure::usage(e.to_string()))?,
+            Handle::parse(&a.handle)
+                .and_then(named_in_full)
+                .map_err(|e| Failure::usage(e.to_string()))?,
             None,
         )
     };
@@ -156,6 +158,20 @@ pub fn run(a: WhyArgs) -> CliResult {
             }
         }
     }
+}
+
+/// `handle`, unless it is an invocation id with an empty episode or task id (`mcp:demo:`):
+/// no call has one, and it is refused as a handle before either source is read, as a daemon's
+/// routes refuse it, so both sources say the same.
+fn named_in_full(handle: Handle) -> Result<Handle, VerifyError> {
+    if let Handle::Invocation(id) = &handle {
+        let empty = broker_core::task::split_invocation_id(id)
+            .is_none_or(|(_, episode, task)| episode.is_empty() || task.is_empty());
+        if empty {
+            return Err(VerifyError::BadHandle(id.clone()));
+        }
+    }
+    Ok(handle)
 }
 
 fn base(client: &ClientArgs) -> String {
