@@ -3141,5 +3141,15 @@ fn a_log_row_the_daemon_names_damaged_is_shown_broken_not_absent() {
             refused["error"]["message"].as_str().unwrap()
         )
     );
+    let listed = b
+        .text_of("#entries li[data-index='1']")
+        .expect("the damaged row in the timeline");
+    assert_eq!(
+        listed,
+        format!(
+            "#1\ndamaged\ndamaged row\n{}",
+            refused["error"]["message"].as_str().unwrap()
+        )
+    );
     b.screenshot(&shots().join("workbench-damaged-row.png"));
 }

@@ -570,7 +570,23 @@ function matches(s) {
   return true;
 }
 
+/**
+ * A position `GET /v1/log/summaries` names under `damaged` (a row that no longer decodes), held
+ * beside the summaries: listed in the timeline, and opened as a broken entry.
+ */
+function damagedRow(d) {
+  return { damaged: true, index: d.index, reason: String(d.reason || ""), header: { entryIndex: d.index }, outcome: null };
+}
+
+/** The damaged positions of a summaries page (the member is absent when there are none). */
+function damagedOf(page) {
+  return Array.isArray(page.damaged)
+    ? page.damaged.filter((d) => d && d.damaged === true && Number.isSafeInteger(d.index) && d.index >= 0).map(damagedRow)
+    : [];
+}
+
 function toolLabel(s) {
+  if (s.damaged) return "damaged row";
   if (s.tool) return s.tool;
   if (s.header.writtenBy === "world:genesis") return "genesis";
   return `commit by ${s.header.writtenBy}`;
@@ -580,12 +596,13 @@ function row(s, fresh) {
   const i = s.header.entryIndex;
   const a = h("a", { href: `#entry/${i}`, "data-index": i, "aria-current": state.selected === i ? "true" : "false" },
     h("span", { class: "idx" }, `#${i}`),
-    badge(s.outcome, s.reason),
+    s.damaged ? badge("damaged", s.reason) : badge(s.outcome, s.reason),
     // The mark beside the name, not in it: a long name is cut short with an ellipsis, the mark
     // never is.
     h("span", { class: "what" }, h("span", { class: "tool" }, toolLabel(s)), differsMark(state.differs.get(i))),
-    h("span", { class: "sub", title: s.invocationId || s.entryHash },
-      [s.episode, s.invocationId || short(s.entryHash)].filter(Boolean).join(" · ")));
+    s.damaged ? h("span", { class: "sub", title: s.reason }, s.reason)
+      : h("span", { class: "sub", title: s.invocationId || s.entryHash },
+        [s.episode, s.invocationId || short(s.entryHash)].filter(Boolean).join(" · ")));
   const li = h("li", { class: fresh ? "fresh" : "", "data-index": i }, a);
   // Once only: a hidden timeline shown again would otherwise replay the highlight.
   const settle = () => li.classList.remove("fresh");
@@ -690,7 +707,7 @@ async function loadNewest() {
   if (signin !== state.signin) throw new Superseded();
   if (loaded !== state.loaded) return;
   state.entries.clear();
-  for (const s of page.items) remember(s);
+  for (const s of [...page.items, ...damagedOf(page)]) remember(s);
   state.scannedFrom = page.from;
   state.next = page.next;
   state.head = page.head;
@@ -720,7 +737,7 @@ async function scanOlder(first = PAGE) {
       const page = await api.json(`/v1/log/summaries?from=${from}&limit=${state.scannedFrom - from}`);
       // Another credential's page, or a page of a log since reloaded, is not this timeline's.
       if (!mine()) return;
-      for (const s of page.items) remember(s);
+      for (const s of [...page.items, ...damagedOf(page)]) remember(s);
       state.scannedFrom = from;
       if (state.entries.size > had) break;
       step = SCAN;
@@ -1014,8 +1031,7 @@ async function summaryOf(index) {
   return page.items.find((s) => s.header.entryIndex === index) ||
     (page.from === index && page.items.length === 1 ? page.items[0] : null) ||
     // A row that no longer decodes has no summary; the page names it among the damaged.
-    (Array.isArray(page.damaged) ? page.damaged.find((d) => d && d.damaged === true && d.index === index) : null) ||
-    null;
+    damagedOf(page).find((d) => d.index === index) || null;
 }
 
 /**
