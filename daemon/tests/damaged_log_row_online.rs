@@ -6,9 +6,9 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use common::why::{online, session_file};
+use common::why::{online, reads_then_stopped, session_file, tamper};
 use common::*;
 use serde_json::json;
 
@@ -18,48 +18,18 @@ const WS: &[&str] = &["worldd_workspace"];
 const CAUSE: &str =
     "unknown field `headeR`, expected one of `header`, `entryHash`, `transitionRef`";
 
-type Table = heed::Database<'static, heed::types::Bytes, heed::types::Bytes>;
-
 /// A stopped store in which episode `ep1` read `a.txt` as tasks `r1`..`r4` (entries 1..4),
 /// with row 2's `"header"` member renamed `"headeR"` (one flipped bit).
 fn damaged_row_2() -> (tempfile::TempDir, PathBuf) {
-    let d = Daemon::start(WS, &[]);
-    let token = d.session("ep1", &["Workspace.Read=worktree:9"]);
-    std::fs::write(d.root().join("ep1/a.txt"), "alpha").unwrap();
-    for i in 1..=4 {
-        a2a(
-            &d,
-            &token,
-            &format!("r{i}"),
-            "ailang-read",
-            json!({"path": "a.txt"}),
-        );
-    }
-    let kept = d.halt();
-    let db = kept.path().join("db");
-    flip_header(&db, 2);
+    let (kept, db) = reads_then_stopped(4);
+    tamper(&db, "entries", |w, table| {
+        let key = 2u64.to_be_bytes();
+        let mut row = table.get(w, &key).unwrap().unwrap().to_vec();
+        let at = row.windows(8).position(|s| s == b"\"header\"").unwrap();
+        row[at + 6] = b'R';
+        table.put(w, &key, &row).unwrap();
+    });
     (kept, db)
-}
-
-fn flip_header(db: &Path, index: u64) {
-    // SAFETY: no store handle is open on `db` in this process while this one is, and the
-    // daemon that wrote it has stopped.
-    let env = unsafe { heed::EnvOpenOptions::new().max_dbs(32).open(db).unwrap() };
-    let table: Table = env
-        .create_databases_and_commit(env.write_txn().unwrap(), |dbo, wtxn| {
-            dbo.create_database(wtxn, Some("entries"))
-                .map(heed::CommitOrAbort::<_, ()>::Commit)
-        })
-        .unwrap()
-        .unwrap_commit();
-    let mut w = env.write_txn().unwrap();
-    let key = index.to_be_bytes();
-    let mut row = table.get(&w, &key).unwrap().unwrap().to_vec();
-    let at = row.windows(8).position(|s| s == b"\"header\"").unwrap();
-    row[at + 6] = b'R';
-    table.put(&mut w, &key, &row).unwrap();
-    w.commit().unwrap();
-    env.prepare_for_closing().wait();
 }
 
 fn serve(kept: tempfile::TempDir) -> Daemon {

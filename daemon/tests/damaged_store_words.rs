@@ -7,7 +7,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::why::{online, session_file};
+use common::why::{online, reads_then_stopped, session_file, tamper};
 use common::*;
 use serde_json::json;
 
@@ -15,42 +15,8 @@ const WS: &[&str] = &["worldd_workspace"];
 
 /// A stopped store in which episode `ep1` read `a.txt` as tasks `r1`..`r6` (entries 1..6).
 fn six_reads() -> (tempfile::TempDir, PathBuf) {
-    let d = Daemon::start(WS, &[]);
-    let token = d.session("ep1", &["Workspace.Read=worktree:9"]);
-    std::fs::write(d.root().join("ep1/a.txt"), "alpha").unwrap();
-    for i in 1..=6 {
-        a2a(
-            &d,
-            &token,
-            &format!("r{i}"),
-            "ailang-read",
-            json!({"path": "a.txt"}),
-        );
-    }
-    let kept = d.halt();
-    let db = kept.path().join("db");
-    (kept, db)
+    reads_then_stopped(6)
 }
-
-/// Change table `name` of the closed store at `db` in one write transaction.
-fn tamper(db: &Path, name: &str, change: impl FnOnce(&mut heed::RwTxn, Table)) {
-    // SAFETY: no store handle is open on `db` in this process while this one is, and the
-    // daemon that wrote it has stopped.
-    let env = unsafe { heed::EnvOpenOptions::new().max_dbs(32).open(db).unwrap() };
-    let table: Table = env
-        .create_databases_and_commit(env.write_txn().unwrap(), |dbo, wtxn| {
-            dbo.create_database(wtxn, Some(name))
-                .map(heed::CommitOrAbort::<_, ()>::Commit)
-        })
-        .unwrap()
-        .unwrap_commit();
-    let mut wtxn = env.write_txn().unwrap();
-    change(&mut wtxn, table);
-    wtxn.commit().unwrap();
-    env.prepare_for_closing().wait();
-}
-
-type Table = heed::Database<'static, heed::types::Bytes, heed::types::Bytes>;
 
 fn key(i: u64) -> [u8; 8] {
     i.to_be_bytes()

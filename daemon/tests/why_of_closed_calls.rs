@@ -6,9 +6,6 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-
 use common::*;
 use serde_json::json;
 
@@ -66,74 +63,12 @@ fn why_of_an_unrecorded_call_says_so_offline_as_online_and_names_its_effect_reco
     );
 }
 
-/// Every thread of process `pid` is traced.
-fn traced(pid: u32) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return false;
-    };
-    tasks.flatten().all(|t| {
-        std::fs::read_to_string(t.path().join("status")).is_ok_and(|s| {
-            s.lines()
-                .any(|l| l.starts_with("TracerPid:") && l.trim_end() != "TracerPid:\t0")
-        })
-    })
-}
-
-/// Skip the test where strace may not attach (as daemon/tests/withdrawn_calls.rs does), or
-/// fail it where `WORLDD_TESTS_REQUIRE_STRACE` is set.
-fn attach_not_permitted(why: &str) {
-    assert!(
-        std::env::var_os("WORLDD_TESTS_REQUIRE_STRACE").is_none(),
-        "strace is required (WORLDD_TESTS_REQUIRE_STRACE) and ptrace attach is not permitted here: {why}"
-    );
-    eprintln!("skipped: ptrace attach is not permitted here: {why}");
-}
-
 #[test]
 fn why_of_a_call_withdrawn_at_its_deadline_says_so_offline_as_online() {
-    if !have_strace() {
-        eprintln!("skipped: no strace here");
+    let Some((d, mut strace)) = daemon_whose_syncs_stall() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("worldd.toml");
-    std::fs::write(
-        &config,
-        "[limits]\ncall_deadline_ms = 2000\nhandler_deadline_ms = 1900\n[server]\nbody_timeout_ms = 1500\n",
-    )
-    .unwrap();
-    let mut cmd = Daemon::serve_command(&dir, &["worldd_workspace"]);
-    cmd.arg("--config").arg(&config);
-    let d = Daemon::spawn(dir, cmd);
+    };
     let token = d.session("ep1", &["Workspace.Write=worktree:5"]);
-    // From here every sync of the daemon's takes 2.5 s: the intent's outlasts the call.
-    let mut strace = Command::new("strace")
-        .args([
-            "-qq",
-            "-f",
-            "-o",
-            "/dev/null",
-            "-e",
-            "trace=fdatasync,fsync",
-        ])
-        .args(["-e", "inject=fdatasync,fsync:delay_enter=2500000"])
-        .arg("-p")
-        .arg(d.child.id().to_string())
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let until = Instant::now() + Duration::from_secs(10);
-    while !traced(d.child.id()) {
-        if let Some(status) = strace.try_wait().unwrap() {
-            let mut said = String::new();
-            let _ = std::io::Read::read_to_string(&mut strace.stderr.take().unwrap(), &mut said);
-            attach_not_permitted(&format!("strace -p ended ({status}): {}", said.trim()));
-            return;
-        }
-        assert!(Instant::now() < until, "strace did not attach");
-        std::thread::sleep(Duration::from_millis(20));
-    }
     let v = a2a(
         &d,
         &token,

@@ -1366,6 +1366,107 @@ pub fn store_where_spent_three_reads(episode: &str) -> tempfile::TempDir {
     d.halt()
 }
 
+/// Why strace may not attach to the daemon here, which is our child and not strace's: under
+/// Yama's `kernel.yama.ptrace_scope` 1 or 2 (Ubuntu's default is 1) that takes
+/// `CAP_SYS_PTRACE`, and 3 forbids it to everyone.
+fn ptrace_attach_refused() -> Option<String> {
+    let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").ok()?;
+    let scope: u8 = scope.trim().parse().ok()?;
+    // CAP_SYS_PTRACE is capability 19.
+    let cap_sys_ptrace = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
+            u64::from_str_radix(hex.trim(), 16).ok()
+        })
+        .is_some_and(|caps| caps & (1 << 19) != 0);
+    match scope {
+        0 => None,
+        1 | 2 if cap_sys_ptrace => None,
+        3 => Some("kernel.yama.ptrace_scope is 3".to_owned()),
+        _ => Some(format!(
+            "kernel.yama.ptrace_scope is {scope} and this process lacks CAP_SYS_PTRACE"
+        )),
+    }
+}
+
+/// Skip the test for `why`, or fail it where `WORLDD_TESTS_REQUIRE_STRACE` is set (CI).
+fn attach_not_permitted(why: &str) {
+    assert!(
+        std::env::var_os("WORLDD_TESTS_REQUIRE_STRACE").is_none(),
+        "strace is required (WORLDD_TESTS_REQUIRE_STRACE) and ptrace attach is not permitted here: {why}"
+    );
+    eprintln!("skipped: ptrace attach is not permitted here: {why}");
+}
+
+/// Every thread of process `pid` is traced.
+fn traced(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|t| {
+        std::fs::read_to_string(t.path().join("status")).is_ok_and(|s| {
+            s.lines()
+                .any(|l| l.starts_with("TracerPid:") && l.trim_end() != "TracerPid:\t0")
+        })
+    })
+}
+
+/// A daemon (the Workspace plugin; a 2 s call deadline, 1.9 s for handlers) every sync of
+/// which takes 2.5 s from now on, through strace's fault injection, so that a call's intent
+/// outlasts its deadline; and the strace, to kill at the end. `None` where the test must skip:
+/// no strace, or ptrace attach refused (which fails the test where
+/// `WORLDD_TESTS_REQUIRE_STRACE` is set).
+pub fn daemon_whose_syncs_stall() -> Option<(Daemon, std::process::Child)> {
+    if !have_strace() {
+        eprintln!("skipped: no strace here");
+        return None;
+    }
+    if let Some(why) = ptrace_attach_refused() {
+        attach_not_permitted(&why);
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("worldd.toml");
+    std::fs::write(
+        &config,
+        "[limits]\ncall_deadline_ms = 2000\nhandler_deadline_ms = 1900\n[server]\nbody_timeout_ms = 1500\n",
+    )
+    .unwrap();
+    let mut cmd = Daemon::serve_command(&dir, &["worldd_workspace"]);
+    cmd.arg("--config").arg(&config);
+    let d = Daemon::spawn(dir, cmd);
+    let mut strace = Command::new("strace")
+        .args([
+            "-qq",
+            "-f",
+            "-o",
+            "/dev/null",
+            "-e",
+            "trace=fdatasync,fsync",
+        ])
+        .args(["-e", "inject=fdatasync,fsync:delay_enter=2500000"])
+        .arg("-p")
+        .arg(d.child.id().to_string())
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    while !traced(d.child.id()) {
+        // Refused the attach (a container's seccomp profile, an LSM), strace says so and ends.
+        if let Some(status) = strace.try_wait().unwrap() {
+            let mut said = String::new();
+            let _ = std::io::Read::read_to_string(&mut strace.stderr.take().unwrap(), &mut said);
+            attach_not_permitted(&format!("strace -p ended ({status}): {}", said.trim()));
+            return None;
+        }
+        assert!(Instant::now() < until, "strace did not attach");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Some((d, strace))
+}
+
 /// Whether strace runs here. Where `WORLDD_TESTS_REQUIRE_STRACE` is set (CI), its absence is a
 /// failure, not a skip.
 pub fn have_strace() -> bool {

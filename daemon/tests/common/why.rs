@@ -64,3 +64,45 @@ pub fn call_json_out(d: &Daemon, session: &Path, tool: &str, args: &[&str]) -> V
     assert_eq!(code, 0, "{out}{err}");
     out.into_bytes()
 }
+
+/// A table of a closed store, as LMDB holds it.
+pub type Table = heed::Database<'static, heed::types::Bytes, heed::types::Bytes>;
+
+/// A stopped store in which episode `ep1` read `a.txt` as tasks `r1`..`rN` over A2A (entries
+/// 1..N), and the directory that keeps it.
+pub fn reads_then_stopped(n: u32) -> (tempfile::TempDir, PathBuf) {
+    let d = Daemon::start(&["worldd_workspace"], &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:9"]);
+    std::fs::write(d.root().join("ep1/a.txt"), "alpha").unwrap();
+    for i in 1..=n {
+        super::a2a(
+            &d,
+            &token,
+            &format!("r{i}"),
+            "ailang-read",
+            serde_json::json!({"path": "a.txt"}),
+        );
+    }
+    let kept = d.halt();
+    let db = kept.path().join("db");
+    (kept, db)
+}
+
+/// Change table `name` of the closed store at `db` in one write transaction (as a bad
+/// restore, a byte-level repair or a tamper leaves it).
+pub fn tamper(db: &Path, name: &str, change: impl FnOnce(&mut heed::RwTxn, Table)) {
+    // SAFETY: no store handle is open on `db` in this process while this one is, and the
+    // daemon that wrote it has stopped.
+    let env = unsafe { heed::EnvOpenOptions::new().max_dbs(32).open(db).unwrap() };
+    let table: Table = env
+        .create_databases_and_commit(env.write_txn().unwrap(), |dbo, wtxn| {
+            dbo.create_database(wtxn, Some(name))
+                .map(heed::CommitOrAbort::<_, ()>::Commit)
+        })
+        .unwrap()
+        .unwrap_commit();
+    let mut wtxn = env.write_txn().unwrap();
+    change(&mut wtxn, table);
+    wtxn.commit().unwrap();
+    env.prepare_for_closing().wait();
+}
