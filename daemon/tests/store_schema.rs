@@ -649,7 +649,9 @@ fn with_log_row_damaged(
 }
 
 /// A log row whose entry length points past its end does not decode: `why` of that entry is an
-/// integrity failure (exit 3), as a broken link is, not a usage error (it used to exit 1).
+/// integrity failure (exit 3), as a broken link is, not a usage error (it used to exit 1), and
+/// names the damaged row (by its index, the entry link broken; by its invocation, which needs
+/// the row to find its entry, in the error).
 #[test]
 fn why_of_an_entry_whose_log_row_length_is_damaged_exits_3() {
     let (_kept, db, index) = with_log_row_damaged(|row| {
@@ -660,8 +662,9 @@ fn why_of_an_entry_whose_log_row_length_is_damaged_exits_3() {
         let (code, out, err) = worldd(&["why", "--db", path_str(&db), &handle], None);
         assert_eq!(code, 3, "why {handle}: {out}{err}");
         assert!(
-            err.contains(&format!("store is damaged: log row {index} is damaged")),
-            "why {handle}: {err}"
+            format!("{out}{err}")
+                .contains(&format!("store is damaged: log row {index} is damaged")),
+            "why {handle}: {out}{err}"
         );
     }
 }
