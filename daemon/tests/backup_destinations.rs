@@ -153,16 +153,6 @@ fn a_second_backup_into_a_destination_being_written_is_told_to_wait_not_to_remov
     );
 }
 
-/// The entries of `dir`, sorted.
-fn names(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
-}
-
 /// The copy was written through the directory opened once, but then opened for its check,
 /// and its `.unverified` marker removed, through the destination's path: a destination moved
 /// away mid-copy and replaced by a link had the linked directory's store checked and reported
@@ -185,7 +175,7 @@ fn a_destination_swapped_for_a_link_mid_copy_is_refused_before_its_check_and_not
         String::from_utf8_lossy(&out.stderr)
     );
     std::fs::write(elsewhere.join(".unverified"), "theirs").unwrap();
-    let theirs = names(&elsewhere);
+    let theirs = names_in(&elsewhere);
     assert_eq!(
         theirs,
         [".unverified", "data.mdb", "lock.mdb", "plugin-state"]
@@ -218,7 +208,7 @@ fn a_destination_swapped_for_a_link_mid_copy_is_refused_before_its_check_and_not
     );
     assert!(!stdout.contains('✓'), "{stdout}");
 
-    assert_eq!(names(&elsewhere), theirs);
+    assert_eq!(names_in(&elsewhere), theirs);
     assert_eq!(
         std::fs::read_to_string(elsewhere.join(".unverified")).unwrap(),
         "theirs"
@@ -226,7 +216,7 @@ fn a_destination_swapped_for_a_link_mid_copy_is_refused_before_its_check_and_not
     assert!(std::fs::symlink_metadata(&dest).unwrap().is_symlink());
     // The copy is whole where it was moved, and still says it was never checked.
     assert_eq!(
-        names(&moved),
+        names_in(&moved),
         [".unverified", "data.mdb", "lock.mdb", "plugin-state"]
     );
     assert_eq!(

@@ -201,16 +201,6 @@ fn daemons_side_by_side_in_one_directory_both_serve() {
     still_serves(&beside);
 }
 
-/// What a directory holds, sorted.
-fn listing(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
-}
-
 /// The refusal of a store `db` (which exists) inside `held`, a directory the first daemon holds.
 fn store_inside(db: &Path, held: &Path) -> String {
     format!(
@@ -228,13 +218,13 @@ fn a_refused_store_in_another_daemons_empty_worktree_leaves_nothing_in_it() {
     let first = Daemon::start(WS, &[]);
     first.session("e9", &["Workspace.Write=worktree:5"]);
     let db = first.root().join("e9");
-    assert!(listing(&db).is_empty());
+    assert!(names_in(&db).is_empty());
     let elsewhere = tempfile::tempdir().unwrap();
     let root = elsewhere.path().join("worktrees");
     let refusal = second(elsewhere.path(), &db, &root);
     assert_eq!(refusal.code, Some(2), "{}", refusal.stderr);
     assert_eq!(refusal.line, store_inside(&db, &first.root()));
-    assert_eq!(listing(&db), Vec::<String>::new());
+    assert_eq!(names_in(&db), Vec::<String>::new());
     assert!(!root.exists());
     still_serves(&first);
 }
@@ -253,7 +243,7 @@ fn a_store_in_another_daemons_worktree_holding_files_is_refused_as_inside_it_not
     let refusal = second(elsewhere.path(), &db, &root);
     assert_eq!(refusal.code, Some(2), "{}", refusal.stderr);
     assert_eq!(refusal.line, store_inside(&db, &first.root()));
-    assert_eq!(listing(&db), ["u.txt"]);
+    assert_eq!(names_in(&db), ["u.txt"]);
     assert_eq!(
         std::fs::read_to_string(db.join("u.txt")).unwrap(),
         "the agent's work"
@@ -278,14 +268,14 @@ fn a_store_in_another_daemons_plugin_state_is_refused_as_inside_its_store_and_no
     let refusal = second(elsewhere.path(), &state, &root);
     assert_eq!(refusal.code, Some(2), "{}", refusal.stderr);
     assert_eq!(refusal.line, store_inside(&state, &first.db()));
-    assert_eq!(listing(&state), ["git"]);
-    assert_eq!(listing(&state.join("git")), ["empty", "kept"]);
+    assert_eq!(names_in(&state), ["git"]);
+    assert_eq!(names_in(&state.join("git")), ["empty", "kept"]);
 
     let empty = state.join("git/empty");
     let refusal = second(elsewhere.path(), &empty, &root);
     assert_eq!(refusal.code, Some(2), "{}", refusal.stderr);
     assert_eq!(refusal.line, store_inside(&empty, &first.db()));
-    assert_eq!(listing(&empty), Vec::<String>::new());
+    assert_eq!(names_in(&empty), Vec::<String>::new());
     assert!(!root.exists());
     still_serves(&first);
 }

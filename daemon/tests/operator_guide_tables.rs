@@ -16,6 +16,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::why::tamper;
 use common::*;
 
 fn operator_guide() -> String {
@@ -684,29 +685,10 @@ fn schema_1_copy(db: &Path) -> PathBuf {
     db.to_path_buf()
 }
 
-/// Run `f` on a raw LMDB write transaction of the store at `db`, with its table `name`.
-fn with_table(db: &Path, name: &str, f: impl FnOnce(&mut heed::RwTxn, RawTable)) {
-    std::fs::create_dir_all(db).unwrap();
-    // SAFETY: no other handle on `db` is open in this process, and no daemon runs on it yet.
-    let env = unsafe { heed::EnvOpenOptions::new().max_dbs(32).open(db).unwrap() };
-    let table: RawTable = env
-        .create_databases_and_commit(env.write_txn().unwrap(), |dbo, wtxn| {
-            dbo.create_database(wtxn, Some(name))
-                .map(heed::CommitOrAbort::<_, ()>::Commit)
-        })
-        .unwrap()
-        .unwrap_commit();
-    let mut wtxn = env.write_txn().unwrap();
-    f(&mut wtxn, table);
-    wtxn.commit().unwrap();
-    env.prepare_for_closing().wait();
-}
-
-type RawTable = heed::Database<'static, heed::types::Bytes, heed::types::Bytes>;
-
 /// A store whose meta table says it is of schema `version` and holds nothing else.
 fn store_of_schema(db: &Path, version: &str) {
-    with_table(db, "meta", |wtxn, meta| {
+    std::fs::create_dir_all(db).unwrap();
+    tamper(db, "meta", |wtxn, meta| {
         meta.put(wtxn, b"schema_version", version.as_bytes())
             .unwrap()
     });
@@ -721,7 +703,7 @@ fn lag_head(db: &Path) {
     .unwrap();
     let first = expected["entries"][0]["worldRef"].as_str().unwrap();
     let first = hex::decode(first.strip_prefix("sha256:").unwrap()).unwrap();
-    with_table(db, "heads", |wtxn, heads| {
+    tamper(db, "heads", |wtxn, heads| {
         heads.put(wtxn, b"selected", &first).unwrap()
     });
 }

@@ -2941,6 +2941,23 @@ fn reads_then_halted(n: usize) -> (tempfile::TempDir, String) {
     (d.halt(), token)
 }
 
+/// Row `from` of `table` in the stopped store under `dir`, changed by `change`, written at
+/// `to` (as a tamper, a flipped bit or a bad partial restore leaves it).
+fn rewrite_row(
+    dir: &tempfile::TempDir,
+    table: broker_core::store::RawTable,
+    (from, to): (u64, u64),
+    change: impl FnOnce(&mut Vec<u8>),
+) {
+    let store =
+        broker_core::store::Store::open(&dir.path().join("db"), Default::default()).unwrap();
+    let mut row = store.raw_get(table, &from.to_be_bytes()).unwrap().unwrap();
+    change(&mut row);
+    store
+        .raw_overwrite(table, to.to_be_bytes().to_vec(), row)
+        .unwrap();
+}
+
 /// The page linked `prevEntryHash` to the previous entry's *claimed* `entryHash`: one damaged
 /// hex digit in entry 1's `entryHash` text marked the intact entry 2 ✗ ("bytes that do not
 /// match their address"), while `worldd why` verifies it. Entry 1's hash is what its header
@@ -2955,20 +2972,11 @@ fn an_intact_entry_after_one_whose_entry_hash_text_is_damaged_verifies() {
         return;
     };
     let (dir, token) = reads_then_halted(2);
-    {
-        use broker_core::store::{RawTable, Store};
-        let store = Store::open(&dir.path().join("db"), Default::default()).unwrap();
-        let mut row = store
-            .raw_get(RawTable::Log, &1u64.to_be_bytes())
-            .unwrap()
-            .unwrap();
+    rewrite_row(&dir, broker_core::store::RawTable::Log, (1, 1), |row| {
         let marker = b"\"entryHash\":\"sha256:";
         let at = row.windows(marker.len()).position(|w| w == marker).unwrap() + marker.len();
         row[at] = if row[at] == b'0' { b'1' } else { b'0' };
-        store
-            .raw_overwrite(RawTable::Log, 1u64.to_be_bytes().to_vec(), row)
-            .unwrap();
-    }
+    });
     let d = Daemon::start_in(dir, WS, &[]);
     let (code, out, err) = worldd(&["why", "2", "--db", path_str(&d.db())], None);
     assert_eq!(code, 0, "{out}{err}");
@@ -3010,17 +3018,7 @@ fn a_row_holding_a_copy_of_another_entry_is_shown_broken_not_absent() {
         return;
     };
     let (dir, token) = reads_then_halted(7);
-    {
-        use broker_core::store::{RawTable, Store};
-        let store = Store::open(&dir.path().join("db"), Default::default()).unwrap();
-        let five = store
-            .raw_get(RawTable::LogRow, &5u64.to_be_bytes())
-            .unwrap()
-            .unwrap();
-        store
-            .raw_overwrite(RawTable::LogRow, 6u64.to_be_bytes().to_vec(), five)
-            .unwrap();
-    }
+    rewrite_row(&dir, broker_core::store::RawTable::LogRow, (5, 6), |_| {});
     let d = Daemon::start_in(dir, WS, &[]);
     let copy = "this row holds a copy of entry 5 (its header says index 5 at position 6)";
     let (code, out, err) = worldd(&["why", "6", "--db", path_str(&d.db())], None);
@@ -3095,19 +3093,10 @@ fn a_log_row_the_daemon_names_damaged_is_shown_broken_not_absent() {
         return;
     };
     let (dir, token) = reads_then_halted(2);
-    {
-        use broker_core::store::{RawTable, Store};
-        let store = Store::open(&dir.path().join("db"), Default::default()).unwrap();
-        let mut row = store
-            .raw_get(RawTable::LogRow, &1u64.to_be_bytes())
-            .unwrap()
-            .unwrap();
+    rewrite_row(&dir, broker_core::store::RawTable::LogRow, (1, 1), |row| {
         let at = row.windows(8).position(|s| s == b"\"header\"").unwrap();
         row[at + 6] = b'R';
-        store
-            .raw_overwrite(RawTable::LogRow, 1u64.to_be_bytes().to_vec(), row)
-            .unwrap();
-    }
+    });
     let d = Daemon::start_in(dir, WS, &[]);
     let refused = get(&d.url("/v1/log/1"), Some(&token));
     assert_eq!(refused.status, 500, "{}", refused.text());
