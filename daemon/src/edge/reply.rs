@@ -254,11 +254,14 @@ impl ReplyBudget {
         }
         match self.take(client, peer, size) {
             Ok(counted) => Self::counted(answer, size, counted).await,
-            Err(why) => match answer.extensions().get::<Withheld>().cloned() {
+            Err((limit, why)) => match answer.extensions().get::<Withheld>().cloned() {
                 Some(withheld) if withheld.body.len() <= WITHHELD_MOST_BYTES => {
-                    self.withheld(client, answer, withheld).await
+                    self.withheld(client, answer, withheld, limit).await
                 }
-                _ => busy(why),
+                _ => {
+                    self.metrics.limit_tripped(limit);
+                    busy(why)
+                }
             },
         }
     }
@@ -268,8 +271,16 @@ impl ReplyBudget {
     /// most [`WITHHELD_MOST_BYTES`], checked by the caller), it stands only for calls that ran
     /// (their units spent; an answer that ran nothing has none, and gets the `503`), and the
     /// share is what was full (a share with room refuses nothing). With the client's withheld
-    /// forms at their bound, its share's `503`: the answers waiting are its own.
-    async fn withheld(&self, client: &Client, answer: Response, withheld: Withheld) -> Response {
+    /// forms at their bound, its share's `503`: the answers waiting are its own. `limit` is the
+    /// one the answer found full: one replaced answer counts one trip, of the limit that
+    /// decided its form (`limit` for a form sent, the one refusing the form for a `503`).
+    async fn withheld(
+        &self,
+        client: &Client,
+        answer: Response,
+        withheld: Withheld,
+        limit: Limit,
+    ) -> Response {
         let (mut parts, _) = answer.into_parts();
         parts.status = withheld.status;
         parts.headers.remove(axum::http::header::CONTENT_LENGTH);
@@ -277,6 +288,7 @@ impl ReplyBudget {
         let size = withheld.body.len();
         let answer = Response::from_parts(parts, Body::from(withheld.body));
         if size <= UNCOUNTED_BYTES {
+            self.metrics.limit_tripped(limit);
             return answer;
         }
         let kib = (size - UNCOUNTED_BYTES).div_ceil(KIB);
@@ -294,7 +306,10 @@ impl ReplyBudget {
             .clone()
             .try_acquire_many_owned(u32::try_from(kib).unwrap_or(u32::MAX))
         {
-            Ok(permit) => Self::counted(answer, size, (permit, Some(allowance), None)).await,
+            Ok(permit) => {
+                self.metrics.limit_tripped(limit);
+                Self::counted(answer, size, (permit, Some(allowance), None)).await
+            }
             Err(_) => {
                 self.metrics.limit_tripped(Limit::ReplyBudget);
                 busy(BUSY_TEXT)
@@ -303,13 +318,14 @@ impl ReplyBudget {
     }
 
     /// Take an answer of `size` bytes from `client`'s share (and its `peer`'s part of the
-    /// anonymous share) and the budget; why not (the 503's text) where one has no room.
+    /// anonymous share) and the budget; where one has no room, which limit and the 503's text
+    /// (the caller counts the trip once it knows what replaces the answer).
     fn take(
         &self,
         client: &Client,
         peer: Option<IpAddr>,
         size: usize,
-    ) -> Result<Taken, &'static str> {
+    ) -> Result<Taken, (Limit, &'static str)> {
         // An answer larger than a whole share takes all of it.
         let mut kib = (size - UNCOUNTED_BYTES)
             .div_ceil(KIB)
@@ -318,29 +334,29 @@ impl ReplyBudget {
             (None, Some(peer)) => {
                 kib = kib.min(self.anonymous_peers.cap());
                 let Some(held) = self.anonymous_peers.take(&peer, kib) else {
-                    self.metrics.limit_tripped(Limit::ReplyShare);
-                    return Err(ANONYMOUS_PEER_TEXT);
+                    return Err((Limit::ReplyShare, ANONYMOUS_PEER_TEXT));
                 };
                 Some(held)
             }
             _ => None,
         };
         let Some(held) = self.shares.take(client, kib) else {
-            self.metrics.limit_tripped(Limit::ReplyShare);
             self.note_refused(client, kib);
-            return Err(match client.0 {
-                Some(_) => SHARE_TEXT,
-                None => ANONYMOUS_SHARE_TEXT,
-            });
+            return Err((
+                Limit::ReplyShare,
+                match client.0 {
+                    Some(_) => SHARE_TEXT,
+                    None => ANONYMOUS_SHARE_TEXT,
+                },
+            ));
         };
         let Ok(permit) = self
             .kib
             .clone()
             .try_acquire_many_owned(u32::try_from(kib).unwrap_or(u32::MAX))
         else {
-            self.metrics.limit_tripped(Limit::ReplyBudget);
             self.note_refused(client, kib);
-            return Err(BUSY_TEXT);
+            return Err((Limit::ReplyBudget, BUSY_TEXT));
         };
         Ok((permit, Some(held), from_peer))
     }
@@ -416,6 +432,14 @@ where
     let Some(budgeted) = request.extensions_mut().remove::<Budgeted>() else {
         return run(request).await;
     };
+    // Past its credential's share of requests in flight: refused here, like the budget's.
+    if request
+        .extensions()
+        .get::<super::connections::OverShare>()
+        .is_some()
+    {
+        return busy(super::connections::REQUESTS_TEXT);
+    }
     if let Some(refused) = budgeted.replies.refuse_early(&budgeted.client) {
         return refused;
     }
@@ -897,10 +921,18 @@ mod tests {
         assert_eq!(form.status(), StatusCode::OK);
         assert_eq!(b.free_kib(), 256 - 64 - 32);
         assert!(b.withheld.is_full(&a));
+        assert_eq!(
+            b.metrics.trips(Limit::ReplyShare),
+            1,
+            "the form sent in its place"
+        );
         let past = b
             .bound(&a, None, answer_withheld(16 * KIB + 64 * KIB, 17 * KIB))
             .await;
         assert_eq!(message(past).await, SHARE_TEXT);
+        // One answer refused is one trip, though both its share and its forms were full.
+        assert_eq!(b.metrics.trips(Limit::ReplyShare), 2);
+        assert_eq!(b.metrics.trips(Limit::ReplyBudget), 0);
         drop((held, form));
         assert_eq!(b.free_kib(), 256);
     }
