@@ -138,6 +138,13 @@ pub enum StoreError {
     Corrupt(String),
     #[error("the store's writer thread has stopped")]
     WriterGone,
+    /// The write was committed (its rows are in the store, and readers see them), but the sync
+    /// that was to make it durable failed. The next sync that succeeds makes it durable (the
+    /// next commit's, or the one a process opening the store makes); only a power cut or the
+    /// disk itself before then can take it back. Not "nothing was written": a caller that
+    /// journaled something must not act as if it had not.
+    #[error("the write was committed, but the store could not make it durable ({0}); the next sync that succeeds does")]
+    NotDurable(Box<StoreError>),
     /// A bug, never an input: the operation's writes were undone, the rest of its group commit
     /// committed, and the writer went on.
     #[error("a store operation panicked, and its writes were undone: {0}")]
@@ -220,9 +227,20 @@ impl StoreError {
         }
     }
 
-    /// True for the "no space" failures (ENOSPC, and EDQUOT: a quota is a full disk too).
+    /// True for the "no space" failures (ENOSPC, and EDQUOT: a quota is a full disk too), a
+    /// write committed but not made durable for one included.
     pub fn is_disk_full(&self) -> bool {
-        matches!(self, StoreError::DiskFull(_))
+        match self {
+            StoreError::DiskFull(_) => true,
+            StoreError::NotDurable(why) => why.is_disk_full(),
+            _ => false,
+        }
+    }
+
+    /// Whether the write this answers was committed, only its sync failing
+    /// ([`StoreError::NotDurable`]).
+    pub fn committed_not_durable(&self) -> bool {
+        matches!(self, StoreError::NotDurable(_))
     }
 }
 

@@ -323,6 +323,166 @@ fn a_group_commit_on_a_disk_that_takes_nothing_is_split_once_not_per_operation()
     assert_eq!(stats.split_commits.load(Ordering::SeqCst), 2);
 }
 
+/// `objects`, each a queued write, drained as one batch by a writer loop run here (its syncing
+/// thread included); each one's answer, and how many times the commit signal was raised.
+fn one_batch_through_the_writer(
+    store: &Store,
+    objects: Vec<Object>,
+) -> (Vec<Result<(), StoreError>>, usize) {
+    let inner = &store.inner;
+    let raised = Arc::new(AtomicUsize::new(0));
+    let r = raised.clone();
+    store.commit_signal().listen(move || {
+        r.fetch_add(1, Ordering::SeqCst);
+    });
+    let (sender, receiver) = mpsc::channel();
+    let replies: Vec<Reply> = objects
+        .into_iter()
+        .map(|o| {
+            let (job, reply) = job(o, false, Arc::default(), inner.map_size);
+            sender.send(job).unwrap();
+            reply
+        })
+        .collect();
+    drop(sender);
+    writer_of(inner).run(receiver);
+    let results = replies.into_iter().map(Submitted::wait).collect();
+    (results, raised.load(Ordering::SeqCst))
+}
+
+/// A split part that failed for something other than room (an I/O error at its commit) was
+/// counted as fitted: a batch none of whose parts committed was handed on as committed, its
+/// sync raised the commit signal and cleared the store's failing state ("the store's writes
+/// succeed again", health `ok`) although every operation had failed. Such a part now holds
+/// its error, stops the split, and fits nothing.
+#[test]
+fn a_split_part_that_fails_for_other_than_room_is_not_taken_for_one_that_fitted() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(&dir.path().join("db")).unwrap();
+    let stats = store.stats();
+    let syncs = stats.syncs.load(Ordering::SeqCst);
+    let eio = StoreError::Io("Input/output error (os error 5)".into());
+    let full = || StoreError::DiskFull("No space left on device (os error 28)".into());
+    let stored = |refs: &[Ref]| -> Vec<bool> {
+        refs.iter()
+            .map(|r| store.read(|rd| rd.object(r)).unwrap().is_some())
+            .collect()
+    };
+
+    // The batch fails for room; its first half then fails for I/O at its commit, and the
+    // second commits: only the committed half succeeds, and the other is not split again.
+    stats.faults.fail_commit(full());
+    stats.faults.fail_commit(eio.clone());
+    let objects: Vec<Object> = (0..4)
+        .map(|i| Object::new("world/test/v1", "t", format!("half {i}").into_bytes()))
+        .collect();
+    let refs: Vec<Ref> = objects.iter().map(|o| o.hash).collect();
+    let (results, raised) = one_batch_through_the_writer(&store, objects);
+    assert_eq!(
+        results,
+        [Err(eio.clone()), Err(eio.clone()), Ok(()), Ok(())]
+    );
+    assert_eq!(raised, 1);
+    assert!(!store.writes_failing(), "a part was made durable");
+    assert_eq!(stats.syncs.load(Ordering::SeqCst), syncs + 1);
+    assert_eq!(stats.split_commits.load(Ordering::SeqCst), 2);
+    assert_eq!(stored(&refs), [false, false, true, true]);
+
+    // The batch fails for room, then both halves for I/O: nothing committed.
+    let txn = store.inner.env.info().last_txn_id;
+    stats.faults.fail_commit(full());
+    stats.faults.fail_commit(eio.clone());
+    stats.faults.fail_commit(eio.clone());
+    let objects: Vec<Object> = (0..4)
+        .map(|i| Object::new("world/test/v1", "t", format!("split {i}").into_bytes()))
+        .collect();
+    let refs: Vec<Ref> = objects.iter().map(|o| o.hash).collect();
+    let (results, raised) = one_batch_through_the_writer(&store, objects);
+    assert_eq!(results, vec![Err(eio); 4]);
+    assert!(
+        store.writes_failing(),
+        "no part committed: the writes still fail"
+    );
+    assert_eq!(raised, 0, "nothing was made durable");
+    assert_eq!(
+        stats.syncs.load(Ordering::SeqCst),
+        syncs + 1,
+        "no sync credited"
+    );
+    assert_eq!(stats.split_batches.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        stats.split_commits.load(Ordering::SeqCst),
+        4,
+        "not split further"
+    );
+    assert_eq!(store.inner.env.info().last_txn_id, txn, "nothing committed");
+    assert_eq!(stored(&refs), [false; 4]);
+}
+
+/// A batch whose commit succeeded and whose sync failed was answered with the sync's error,
+/// which reads as "nothing was written" although its rows were committed (readers see them,
+/// and the next sync makes them durable). It is answered `NotDurable`, naming the sync's
+/// error; an operation that failed on its own keeps its own error; the store says its writes
+/// fail until a sync succeeds, and the rows are there once it has.
+#[test]
+fn a_commit_whose_sync_fails_is_answered_committed_but_not_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let store = Store::create(&db).unwrap();
+    let eio = StoreError::Io("Input/output error (os error 5)".into());
+    store.stats().faults.fail_sync(eio.clone());
+    let objects: Vec<Object> = (0..3)
+        .map(|i| Object::new("world/test/v1", "t", format!("unsynced {i}").into_bytes()))
+        .collect();
+    let refs: Vec<Ref> = objects.iter().map(|o| o.hash).collect();
+    let inner = &store.inner;
+    let (sender, receiver) = mpsc::channel();
+    let replies: Vec<Reply> = objects
+        .into_iter()
+        .zip([false, true, false])
+        .map(|(o, fail)| {
+            let (job, reply) = job(o, fail, Arc::default(), inner.map_size);
+            sender.send(job).unwrap();
+            reply
+        })
+        .collect();
+    drop(sender);
+    writer_of(inner).run(receiver);
+    let results: Vec<Result<(), StoreError>> = replies.into_iter().map(Submitted::wait).collect();
+    let not_durable = StoreError::NotDurable(Box::new(eio.clone()));
+    assert_eq!(
+        results,
+        [
+            Err(not_durable.clone()),
+            Err(StoreError::Corrupt("failed after writing".into())),
+            Err(not_durable.clone()),
+        ]
+    );
+    assert!(not_durable.committed_not_durable());
+    assert!(!eio.committed_not_durable());
+    assert_eq!(
+        not_durable.to_string(),
+        "the write was committed, but the store could not make it durable (store I/O error: Input/output error (os error 5)); the next sync that succeeds does"
+    );
+    assert!(store.writes_failing());
+    let stored = |store: &Store| -> Vec<bool> {
+        refs.iter()
+            .map(|r| store.read(|rd| rd.object(r)).unwrap().is_some())
+            .collect()
+    };
+    assert_eq!(
+        stored(&store),
+        [true, false, true],
+        "committed: readers see them"
+    );
+    // The next write's sync succeeds: it makes the earlier commit durable too.
+    store.write(|_| Ok::<(), StoreError>(())).unwrap();
+    assert!(!store.writes_failing());
+    drop(store);
+    let store = Store::open(&db, StoreOptions::default()).unwrap();
+    assert_eq!(stored(&store), [true, false, true]);
+}
+
 #[test]
 fn enospc_and_edquot_read_disk_full_other_io_errors_do_not() {
     let io = |code| heed::Error::Io(std::io::Error::from_raw_os_error(code));

@@ -53,7 +53,9 @@ pub(super) trait Operation: Send {
     fn fail(&mut self, err: &StoreError);
     /// Whether its last run succeeded (its writes are in the transaction it ran in).
     fn succeeded(&self) -> bool;
-    /// Answer the caller once the batch's commit is known.
+    /// Answer the caller once the batch's commit is known: `commit_error`, when given, in
+    /// place of a result that succeeded (a failed commit's error, or, for a commit whose sync
+    /// failed, [`StoreError::NotDurable`]).
     fn answer(self: Box<Self>, commit_error: Option<&StoreError>);
     /// The caller submits another operation right after this one and waits for that one, not
     /// for this ([`super::Store::submit_followed`]).
@@ -156,6 +158,40 @@ pub struct WriterStats {
     /// turned read-only, an I/O error): set by the batch that failed, cleared by the next one
     /// made durable ([`super::Store::writes_failing`]).
     pub(crate) failing: FailingWrites,
+    /// Errors the writer's next commits and syncs meet instead of their own (tests).
+    #[cfg(test)]
+    pub(crate) faults: Faults,
+}
+
+/// Faults a test makes the writer meet, each once and in order: a failed commit (its
+/// transaction aborted, as a failed commit leaves it) or a failed sync (the commits before it
+/// stay committed, not durable), as a disk that fails does.
+#[cfg(test)]
+#[derive(Debug, Default)]
+pub(crate) struct Faults {
+    commits: Mutex<std::collections::VecDeque<StoreError>>,
+    syncs: Mutex<std::collections::VecDeque<StoreError>>,
+}
+
+#[cfg(test)]
+impl Faults {
+    /// The next commit fails with `err` (after any queued before it).
+    pub(crate) fn fail_commit(&self, err: StoreError) {
+        self.commits.lock().unwrap().push_back(err);
+    }
+
+    /// The next sync fails with `err` (after any queued before it).
+    pub(crate) fn fail_sync(&self, err: StoreError) {
+        self.syncs.lock().unwrap().push_back(err);
+    }
+
+    fn commit(&self) -> Option<StoreError> {
+        self.commits.lock().unwrap().pop_front()
+    }
+
+    fn sync(&self) -> Option<StoreError> {
+        self.syncs.lock().unwrap().pop_front()
+    }
 }
 
 /// The store's writes failing for its disk, as the last batch found: monitoring that asks the
@@ -517,7 +553,7 @@ impl Writer {
         }
         let built = Instant::now();
         let Held { txn, _shared } = held;
-        let outcome = txn.commit().map_err(|e| self.map.write_error(e, map_size));
+        let outcome = self.commit(txn);
         drop(_shared);
         let ended = match outcome {
             Ok(()) => {
@@ -587,7 +623,10 @@ impl Writer {
     }
 
     /// Commit the two halves of `part` (indices into `batch`) one after the other, splitting a
-    /// half again where it fails for room and the other half fitted; whether any committed.
+    /// half again where it fails for room and the other half committed; whether any part
+    /// committed. A half that failed for anything else holds that error and ends the split
+    /// there: it is not counted as fitting, so a batch none of whose parts committed is
+    /// answered (and the store's health said) as failed, never as made durable.
     fn commit_halves(&self, batch: &mut [Job], part: &[usize], err: &StoreError) -> bool {
         if part.len() < 2 {
             part.iter().for_each(|&i| batch[i].fail(err));
@@ -596,30 +635,42 @@ impl Writer {
         let (a, b) = part.split_at(part.len() / 2);
         let first = self.commit_part(batch, a);
         let second = self.commit_part(batch, b);
+        let fail = |batch: &mut [Job], half: &[usize], e: &StoreError| {
+            half.iter().for_each(|&i| batch[i].fail(e));
+        };
         match (first, second) {
-            // Neither half fits: the disk takes nothing more, or each holds a large one.
-            (Some(ea), Some(eb)) => {
-                a.iter().for_each(|&i| batch[i].fail(&ea));
-                b.iter().for_each(|&i| batch[i].fail(&eb));
-                false
-            }
-            (Some(ea), None) => {
+            (Part::Committed, Part::Committed) => true,
+            (Part::Committed, Part::Failed) | (Part::Failed, Part::Committed) => true,
+            (Part::Room(ea), Part::Committed) => {
                 self.commit_halves(batch, a, &ea);
                 true
             }
-            (None, Some(eb)) => {
+            (Part::Committed, Part::Room(eb)) => {
                 self.commit_halves(batch, b, &eb);
                 true
             }
-            (None, None) => true,
+            // Neither half fits: the disk takes nothing more, or each holds a large one; or a
+            // half failed for another reason, which a smaller part would meet again.
+            (Part::Room(ea), Part::Room(eb)) => {
+                fail(batch, a, &ea);
+                fail(batch, b, &eb);
+                false
+            }
+            (Part::Room(ea), Part::Failed) => {
+                fail(batch, a, &ea);
+                false
+            }
+            (Part::Failed, Part::Room(eb)) => {
+                fail(batch, b, &eb);
+                false
+            }
+            (Part::Failed, Part::Failed) => false,
         }
     }
 
     /// Commit the operations of `part` in one transaction, each in a nested transaction of its
-    /// own (one that fails holds its error, the others are kept). `None` when it committed, or
-    /// when it failed for something other than room (its operations then hold that error);
-    /// the room error, its operations not yet answered, otherwise.
-    fn commit_part(&self, batch: &mut [Job], part: &[usize]) -> Option<StoreError> {
+    /// own (one that fails holds its error, the others are kept).
+    fn commit_part(&self, batch: &mut [Job], part: &[usize]) -> Part {
         let (env, dbs, map_size) = (&self.env, &self.dbs[..], self.map_size);
         let state = &*self.state;
         self.stats.split_commits.fetch_add(1, Ordering::Relaxed);
@@ -627,7 +678,7 @@ impl Writer {
             Ok(held) => held,
             Err(err) => {
                 part.iter().for_each(|&i| batch[i].fail(&err));
-                return None;
+                return Part::Failed;
             }
         };
         let mut appended = None;
@@ -640,7 +691,7 @@ impl Writer {
             }
         }
         let Held { txn, _shared } = held;
-        let outcome = txn.commit().map_err(|e| self.map.write_error(e, map_size));
+        let outcome = self.commit(txn);
         drop(_shared);
         match outcome {
             Ok(()) => {
@@ -648,19 +699,41 @@ impl Writer {
                     self.log_tip.set(appended);
                 }
                 (self.ended)(state, Ended::Committed);
-                None
+                Part::Committed
             }
             Err(err) => {
                 (self.ended)(state, Ended::Undone);
                 if is_room(&err) {
-                    Some(err)
+                    Part::Room(err)
                 } else {
                     part.iter().for_each(|&i| batch[i].fail(&err));
-                    None
+                    Part::Failed
                 }
             }
         }
     }
+
+    /// Commit a batch's (or a part's) transaction: its pages synced, its meta page written.
+    fn commit(&self, txn: RwTxn<'_>) -> Result<(), StoreError> {
+        #[cfg(test)]
+        if let Some(err) = self.stats.faults.commit() {
+            txn.abort();
+            return Err(err);
+        }
+        txn.commit()
+            .map_err(|e| self.map.write_error(e, self.map_size))
+    }
+}
+
+/// How one part of a split batch went ([`Writer::commit_part`]).
+enum Part {
+    /// Committed: its operations' results stand (those that failed hold their own errors).
+    Committed,
+    /// Failed for room, its operations not yet answered: a smaller part may fit.
+    Room(StoreError),
+    /// Failed for something else (no transaction could begin, an I/O error at its commit):
+    /// its operations hold that error, and no smaller part would fare better.
+    Failed,
 }
 
 /// A commit that failed for want of room, which a smaller commit may still find.
@@ -694,7 +767,9 @@ struct Durability {
 
 impl Durability {
     /// Sync once for every committed batch of `settled`, then answer them all: each
-    /// operation's own result when the sync succeeded, its error otherwise.
+    /// operation's own result when the sync succeeded; otherwise, for an operation that
+    /// succeeded, [`StoreError::NotDurable`] with the sync's error (its writes are committed:
+    /// readers see them, and the next sync that succeeds makes them durable).
     fn settle(&self, settled: Vec<Settled>) {
         let newest = settled
             .iter()
@@ -718,9 +793,10 @@ impl Durability {
         self.stats
             .failing
             .settled(matches!(synced, Some(Ok(_))), sync_error.or(commit_error));
+        let not_durable = sync_error.map(|err| StoreError::NotDurable(Box::new(err.clone())));
         for Settled { batch, outcome } in settled {
             match &outcome {
-                Ok(Some(_)) => answer(batch, sync_error),
+                Ok(Some(_)) => answer(batch, not_durable.as_ref()),
                 Ok(None) => answer(batch, None),
                 Err(err) => answer(batch, Some(err)),
             }
@@ -731,6 +807,11 @@ impl Durability {
     fn sync(&self) -> Result<(), StoreError> {
         self.stats.syncs.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
+        #[cfg(test)]
+        if let Some(err) = self.stats.faults.sync() {
+            tracing::error!(error = %err, "store writer could not sync its commits");
+            return Err(err);
+        }
         let synced = self
             .env
             .force_sync()
