@@ -22,7 +22,10 @@
 //!    credential tokens of its refusal rate, by the bytes they store ([`crate::refusal_rate`]).
 //!    A call whose own deadline leaves its handler less than [`MIN_HANDLER_TIME`], before the
 //!    preflight or before the intent, is answered [`CallError::NoTimeToStart`] there: nothing
-//!    is journaled or spent, and its task id stays free;
+//!    is journaled or spent, and its task id stays free. An intent committed whose sync failed
+//!    ([`crate::store::StoreError::NotDurable`]) is not taken for one never written: its
+//!    handler is not started, it is closed withdrawn with its units given back, and the caller
+//!    is answered [`CallError::NotStarted`];
 //! 3. **execute** the handler, then the tool's finish function when it has one (plugin code
 //!    too), both under the handler's deadline ([`crate::deadline`]). A handler is never started
 //!    with its deadline already due (under a millisecond left, which a plugin would read as no
@@ -33,6 +36,8 @@
 //! 5. **commit** outcome, records, output, invocation record, entry, world and task state in
 //!    one transaction (durable point 2): submitted to the store's writer, and answered by the
 //!    [`Committing`] it returns once that commit is durable; the episode stays busy until then.
+//!    A commit made whose sync failed is answered [`CallError::NotConfirmed`] and nothing
+//!    writes it over: the next sync that succeeds makes it durable, and a resend replays it.
 //!
 //! [`Coordinator::invoke`] runs every step on the calling thread. An async caller splits them
 //! where threads should change: [`Coordinator::begin`] opens and plans on the caller's own
@@ -1010,14 +1015,36 @@ impl Coordinator {
         self.time_to_start(&p, &effect.effect, wait.until)?;
         // Durable point 1. The writer re-checks the spend: another process may have spent the
         // last unit.
-        let intent = match self.journal_intent(&p, &request, &effect, total_budget)? {
-            Journaled::Durable => None,
-            Journaled::UnderWay(submitted) => Some(submitted),
-            Journaled::Refused => {
+        let intent = match self.journal_intent(&p, &request, &effect, total_budget) {
+            Ok(Journaled::Durable) => None,
+            Ok(Journaled::UnderWay(submitted)) => Some(submitted),
+            Ok(Journaled::Refused) => {
                 let denied =
                     self.denial(p, plan_obj, request, &effect, &caps, Denial::Budget, busy)?;
                 return Ok(Admission::Closed(denied));
             }
+            // The intent and its spend were committed, but their sync failed: they are not
+            // "nothing written" (the next sync makes them durable), so the handler is not
+            // started and the intent is closed withdrawn, its units given back; the
+            // withdrawal's own sync makes both durable. Where it could not be written, the
+            // intent stays open with its units spent: not confirmed committed, as a resend
+            // finds it.
+            Err(err) if err.committed_not_durable() => {
+                let late = LateCall {
+                    store: self.store.clone(),
+                    ids: p.ids(),
+                    effect: effect.clone(),
+                    budget_before,
+                    request_ref: request.hash,
+                    overruns: self.overruns.clone(),
+                };
+                return Err(if late.not_durable(busy, &err) {
+                    CallError::NotStarted
+                } else {
+                    CallError::NotCommitted
+                });
+            }
+            Err(err) => return Err(err),
         };
         self.config.hooks.reached(CrashPoint::AfterIntent);
         Ok(Admission::Admitted(Admitted {
@@ -1449,8 +1476,8 @@ impl Coordinator {
         objects: Vec<Object>,
         record: Ref,
     ) -> CallError {
-        let written = write_unrecorded(&self.store, &p.ids(), status, objects, record);
-        unrecorded_error(written, record)
+        let recorded = write_unrecorded(&self.store, &p.ids(), status, objects, record);
+        unrecorded_error(recorded, record)
     }
 
     // -- 5. commit -------------------------------------------------------------------------
@@ -1492,6 +1519,9 @@ impl Coordinator {
             if let Some(intent) = intent {
                 let lost = match intent.await {
                     Ok(true) => None,
+                    // Committed, its sync failing: the entry queued after it answers for both
+                    // (its own sync, if it succeeds, makes the intent durable too).
+                    Err(err) if err.committed_not_durable() => None,
                     Ok(false) => Some(CallError::Internal(
                         "a read's budget was spent by another writer while it ran (sole_spender is set for a store with another spender)".into(),
                     )),
@@ -1504,6 +1534,13 @@ impl Coordinator {
                 }
             }
             let answer = match committed {
+                // The entry was committed (the log holds it, its task says committed), only
+                // its sync failed: nothing may write "unrecorded" over it. The next sync that
+                // succeeds makes it durable, and a resend of the same task id replays it.
+                Err(err) if err.committed_not_durable() => {
+                    tracing::error!(invocation = %ids.invocation_id, "the call was committed, but not made durable: {err}; a resend of its task id replays it once a sync succeeds");
+                    Err(CallError::NotConfirmed)
+                }
                 Ok((committed, output_obj)) => {
                     if ran.is_some() {
                         hooks.reached(CrashPoint::AfterCommit);
@@ -1526,8 +1563,8 @@ impl Coordinator {
                         tracing::error!(invocation = %ids.invocation_id, "commit after effect failed: {err}");
                         let unrecorded =
                             submit_unrecorded(&store, &ids, ran.status, ran.objects, ran.record);
-                        let written = settle_unrecorded(&ids, unrecorded.await);
-                        Err(unrecorded_error(written, ran.record))
+                        let recorded = settle_unrecorded(&ids, unrecorded.await);
+                        Err(unrecorded_error(recorded, ran.record))
                     }
                     None => Err(err),
                 },

@@ -28,8 +28,8 @@ pub enum TaskPhase {
     Committed,
     Unrecorded,
     /// Its handler was never started (the call's deadline passed while its intent was on its
-    /// way to the disk): nothing ran, the intent's units were given back, and the call was not
-    /// committed. Schema 6 and later.
+    /// way to the disk, or the intent was committed but its sync failed): nothing ran, the
+    /// intent's units were given back, and the call was not committed. Schema 6 and later.
     Withdrawn,
 }
 

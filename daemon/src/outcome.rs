@@ -193,6 +193,9 @@ pub fn of_failure(f: &InvokeFailure) -> Option<Outcome> {
                 Outcome::indeterminate("pending")
             }
             CallError::EffectsUnrecorded { .. } => Outcome::indeterminate("unrecorded"),
+            // Committed, only the store's sync failing: the host's fault, and a resend of the
+            // same key replays the call once a sync succeeds.
+            CallError::NotConfirmed => Outcome::indeterminate("host"),
             CallError::HandlerTimedOut => Outcome::indeterminate("timeout"),
             CallError::NoTimeToStart
             | CallError::NotStarted

@@ -189,6 +189,14 @@ pub enum CallError {
     /// would have it run a write twice).
     #[error("effects were requested but the invocation was not confirmed committed, and its outcome could not be stored: the effect may have run; check what it changed before sending it again")]
     EffectUnrecordable,
+    /// The call's commit was made (its entry is in the log and its task says committed), but
+    /// the store's sync that was to make it durable failed: the next sync that succeeds makes
+    /// it durable, and a resend of the same task id then replays it (only a power cut or the
+    /// disk before then can take it back, and the resend then finds the intent open). Never
+    /// "send a new task id": the effect ran and was committed. The seed's words for an outcome
+    /// not confirmed.
+    #[error("invocation outcome is not confirmed; resend the same task id")]
+    NotConfirmed,
     /// The handler overran the call's deadline: its intent is journaled; its outcome and record
     /// are journaled when it returns, and the call is never committed to the log.
     #[error("the call's deadline ran out for its handler: it overran (its outcome is journaled when it returns and the call is not committed)")]
@@ -222,6 +230,14 @@ pub enum CallError {
     Registry(String),
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+impl CallError {
+    /// A store error for a write that was committed, only its sync failing
+    /// ([`StoreError::NotDurable`]): not "nothing was written".
+    pub(crate) fn committed_not_durable(&self) -> bool {
+        matches!(self, CallError::Store(e) if e.committed_not_durable())
+    }
 }
 
 fn join_refs(refs: &[Ref]) -> String {

@@ -211,6 +211,20 @@ impl LateCall {
     /// then the episode is freed. Whether the withdrawal was written: where it was not, the
     /// intent stays open, its units spent.
     pub(super) fn not_started(self, busy: Busy) -> bool {
+        self.withdraw(busy, "the call's deadline passed before its handler could start; the handler was not started, the intent is journaled withdrawn with its units given back, and the call is not committed")
+    }
+
+    /// The intent was committed but its sync failed (`why`), so the call cannot be answered
+    /// as journaled: the handler is not started, and the intent is closed withdrawn as in
+    /// [`LateCall::not_started`] (the withdrawal's own sync makes the intent durable with it).
+    /// Whether the withdrawal was written.
+    pub(super) fn not_durable(self, busy: Busy, why: &CallError) -> bool {
+        let what = format!("the store could not make the call's intent durable ({why}); the handler was not started, the intent is journaled withdrawn with its units given back, and the call is not committed");
+        self.withdraw(busy, &what)
+    }
+
+    /// Close the intent withdrawn, saying `what` once written, then free the episode.
+    fn withdraw(self, busy: Busy, what: &str) -> bool {
         let id = &self.ids.invocation_id;
         let (e, s, c) = (&self.effect.effect, &self.effect.scope, self.effect.cost);
         let record =
@@ -227,9 +241,9 @@ impl LateCall {
                     OutcomeStatus::Withdrawn,
                     vec![record_obj],
                     hash,
-                );
+                ) == Unrecorded::Written;
                 if written {
-                    tracing::warn!(invocation = %id, record = %hash, effect = %e, "the call's deadline passed before its handler could start; the handler was not started, the intent is journaled withdrawn with its units given back, and the call is not committed");
+                    tracing::warn!(invocation = %id, record = %hash, effect = %e, "{what}");
                 }
                 drop(busy);
                 written
@@ -324,28 +338,42 @@ pub(super) fn settle(
     })
 }
 
+/// How an outcome journaled without a commit went ([`submit_unrecorded`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Unrecorded {
+    /// The outcome and record are stored and the task says `unrecorded` (or `withdrawn`):
+    /// durable, or committed with only the sync failing (the next sync makes them durable).
+    Written,
+    /// Nothing was written: the call's task already says `committed`. Its commit was made
+    /// after all, and `unrecorded` must never replace it (the log holds its entry).
+    Committed,
+    /// Nothing was written: the intent stays open.
+    Failed,
+}
+
 /// Make an effect's outcome and record durable without committing the call: the task state
 /// says `unrecorded`. If even that fails, the intent stays open and its receipt says
-/// indeterminate, which is the truth. Whether it was written.
+/// indeterminate, which is the truth.
 pub(super) fn write_unrecorded(
     store: &Store,
     ids: &CallIds,
     status: OutcomeStatus,
     objects: Vec<Object>,
     record: Ref,
-) -> bool {
+) -> Unrecorded {
     let written = submit_unrecorded(store, ids, status, objects, record).wait();
     settle_unrecorded(ids, written)
 }
 
-/// [`write_unrecorded`], submitted.
+/// [`write_unrecorded`], submitted. A task state already `committed` is left as it is and
+/// nothing is written ([`Unrecorded::Committed`]).
 pub(super) fn submit_unrecorded(
     store: &Store,
     ids: &CallIds,
     status: OutcomeStatus,
     objects: Vec<Object>,
     record: Ref,
-) -> Submitted<(), CallError> {
+) -> Submitted<Unrecorded, CallError> {
     let id = ids.invocation_id.clone();
     let episode = ids.episode.clone();
     let task = ids.task.clone();
@@ -362,7 +390,12 @@ pub(super) fn submit_unrecorded(
         world_ref: None,
         effect_records: vec![record],
     };
-    store.submit(move |w| -> Result<(), CallError> {
+    store.submit(move |w| -> Result<Unrecorded, CallError> {
+        // A commit whose answer was lost or failed late may still have been made: its
+        // committed task state and the entry it names stay the truth.
+        if task::get_w(w, &episode, &task)?.is_some_and(|s| s.phase == TaskPhase::Committed) {
+            return Ok(Unrecorded::Committed);
+        }
         for o in &objects {
             w.put_object(o)?;
         }
@@ -374,18 +407,29 @@ pub(super) fn submit_unrecorded(
             };
         }
         task::put(w, &episode, &task, &state)?;
-        Ok(())
+        Ok(Unrecorded::Written)
     })
 }
 
-/// The end of [`submit_unrecorded`]: a failure is logged, and the intent stays open. Whether
-/// it was written.
-pub(super) fn settle_unrecorded(ids: &CallIds, written: Result<(), CallError>) -> bool {
+/// The end of [`submit_unrecorded`]: a failure is logged, and the intent stays open. An
+/// outcome committed whose sync failed is written: the next sync makes it durable.
+pub(super) fn settle_unrecorded(
+    ids: &CallIds,
+    written: Result<Unrecorded, CallError>,
+) -> Unrecorded {
     match written {
-        Ok(()) => true,
+        Ok(Unrecorded::Committed) => {
+            tracing::warn!(invocation = %ids.invocation_id, "the outcome is not recorded as unrecorded: the call's task already says committed, and its entry stands");
+            Unrecorded::Committed
+        }
+        Ok(recorded) => recorded,
+        Err(e) if e.committed_not_durable() => {
+            tracing::warn!(invocation = %ids.invocation_id, "the outcome is recorded, not yet durable: {e}");
+            Unrecorded::Written
+        }
         Err(e) => {
             tracing::error!(invocation = %ids.invocation_id, "could not record the outcome: {e}");
-            false
+            Unrecorded::Failed
         }
     }
 }
@@ -394,13 +438,14 @@ pub(super) fn settle_unrecorded(ids: &CallIds, written: Result<(), CallError>) -
 /// `record` where the outcome and record were made durable on their own; where even that
 /// failed (a store whose disk turned read-only, a map the result does not fit), the intent
 /// stays open and the call is [`CallError::EffectUnrecordable`]: a record never stored is not
-/// named, and the effect may have run.
-pub(super) fn unrecorded_error(written: bool, record: Ref) -> CallError {
-    if written {
-        CallError::EffectsUnrecorded {
+/// named, and the effect may have run. A call whose task says committed after all is
+/// [`CallError::NotConfirmed`]: a resend of its task id replays it.
+pub(super) fn unrecorded_error(recorded: Unrecorded, record: Ref) -> CallError {
+    match recorded {
+        Unrecorded::Written => CallError::EffectsUnrecorded {
             records: vec![record],
-        }
-    } else {
-        CallError::EffectUnrecordable
+        },
+        Unrecorded::Committed => CallError::NotConfirmed,
+        Unrecorded::Failed => CallError::EffectUnrecordable,
     }
 }

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 
+use super::outcome::Unrecorded;
 use super::*;
 use crate::broker::HandlerIdentity;
 use crate::session;
@@ -55,6 +56,20 @@ fn coordinator_on(
     handler: Arc<dyn EffectHandler>,
     finish: Option<&str>,
 ) -> Coordinator {
+    let config = CoordinatorConfig {
+        handler_deadline,
+        ..CoordinatorConfig::default()
+    };
+    coordinator_configured(store, handler, finish, config)
+}
+
+/// [`coordinator_on`] with `config`.
+fn coordinator_configured(
+    store: Store,
+    handler: Arc<dyn EffectHandler>,
+    finish: Option<&str>,
+    config: CoordinatorConfig,
+) -> Coordinator {
     let doc = std::fs::read(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../transitions/se-tools/ailang-read.json"
@@ -68,10 +83,10 @@ fn coordinator_on(
     registry::publish(&store, registry::DEFAULT_REGISTRY, tools, "test").unwrap();
     let mut handlers = Handlers::new();
     handlers.insert("Workspace.Read", handler).unwrap();
-    let config = CoordinatorConfig {
-        handler_deadline,
-        ..CoordinatorConfig::default()
-    };
+    // Its reads run beside their intents only when declared to only read.
+    if config.sole_spender {
+        handlers.mark_read_only("Workspace.Read");
+    }
     Coordinator::new(store, handlers, config)
 }
 
@@ -568,4 +583,205 @@ fn an_outcome_the_store_cannot_take_after_a_failed_commit_names_no_record() {
     // A call whose output fits is served as ever.
     let fits = c.invoke(&read_call(&session, "t2", "big-10")).unwrap();
     assert_eq!(fits.effects[0].status, "ok");
+}
+
+/// Counts its runs; answers every read.
+#[derive(Default)]
+struct Counted(std::sync::atomic::AtomicUsize);
+
+impl EffectHandler for Counted {
+    fn identity(&self) -> HandlerIdentity {
+        HandlerIdentity::in_process("test/counted", "0")
+    }
+    fn execute(&self, _: &EffectRequest<'_>) -> HandlerOutcome {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        let mut out = Map::new();
+        out.insert("ok".into(), json!(true));
+        HandlerOutcome::Ok(out)
+    }
+}
+
+fn eio() -> crate::storage::StoreError {
+    crate::storage::StoreError::Io("Input/output error (os error 5)".into())
+}
+
+/// What the store holds of episode `ep`'s call `task`: its task state, its journal state's
+/// status, and the units its episode has spent on reads.
+fn call_rows(store: &Store, task: &str) -> (Option<TaskState>, Option<Option<OutcomeStatus>>, u64) {
+    let id = Surface::Mcp.invocation_id("ep", task);
+    store
+        .read(|r| -> Result<_, CallError> {
+            let state = task::get(r, "ep", &Surface::Mcp.task_key(task))?;
+            let journal = journal::state(r, &id)?.map(|s| s.status);
+            let spent = journal::spent(r, "ep")?
+                .get(&("Workspace.Read".to_owned(), "worktree".to_owned()))
+                .copied()
+                .unwrap_or(0);
+            Ok((state, journal, spent))
+        })
+        .unwrap()
+}
+
+/// An intent whose commit was made and whose sync failed was answered as a store failure, as
+/// if nothing had been written: nothing closed it, so after the next sync it stayed durable,
+/// its unit spent and its task pending for good (a resend answered "not committed", and the
+/// unit never came back). The handler is not started; the intent is closed withdrawn, its
+/// unit given back, and the caller told `NotStarted`.
+#[test]
+fn an_intent_whose_sync_fails_is_withdrawn_and_its_handler_never_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let store = Store::create(&db).unwrap();
+    let handler = Arc::new(Counted::default());
+    let c = coordinator_on(store.clone(), HANDLER_DEADLINE, handler.clone(), None);
+    let session = session_of(&c, "ep");
+    store.stats().faults.fail_sync(eio());
+    let answer = c.invoke(&read_call(&session, "t1", "a.txt"));
+    assert!(matches!(answer, Err(CallError::NotStarted)), "{answer:?}");
+    assert_eq!(handler.0.load(Ordering::SeqCst), 0, "the handler never ran");
+    let (state, journal, spent) = call_rows(&store, "t1");
+    assert_eq!(state.map(|s| s.phase), Some(TaskPhase::Withdrawn));
+    assert_eq!(journal, Some(Some(OutcomeStatus::Withdrawn)));
+    assert_eq!(spent, 0, "its unit was given back");
+    assert!(
+        !store.writes_failing(),
+        "the withdrawal's sync made everything durable"
+    );
+    // A resend is told the key is used; nothing runs.
+    let again = c.invoke(&read_call(&session, "t1", "a.txt"));
+    assert!(matches!(again, Err(CallError::Withdrawn)), "{again:?}");
+    assert_eq!(handler.0.load(Ordering::SeqCst), 0);
+
+    // Reopened, the store holds the intent closed.
+    drop((c, store));
+    let store = Store::open(&db, crate::storage::StoreOptions::default()).unwrap();
+    let (state, journal, spent) = call_rows(&store, "t1");
+    assert_eq!(state.map(|s| s.phase), Some(TaskPhase::Withdrawn));
+    assert_eq!(journal, Some(Some(OutcomeStatus::Withdrawn)));
+    assert_eq!(spent, 0);
+    assert!(store.indeterminate().unwrap().is_empty());
+}
+
+/// Makes the store's next sync fail once a call's intent is journaled: its entry's.
+struct FailTheEntrysSync(Store);
+
+impl Hooks for FailTheEntrysSync {
+    fn reached(&self, point: CrashPoint) {
+        if point == CrashPoint::AfterIntent {
+            self.0.stats().faults.fail_sync(eio());
+        }
+    }
+}
+
+/// An entry whose commit was made and whose sync failed was answered as a failed commit: the
+/// outcome was then written alone, putting "unrecorded" over the committed task state. After
+/// the next sync the log held the entry while its task said unrecorded: the entry's task link
+/// was broken, doctor failed the store, and a resend did not replay it. The task state stays
+/// committed, the caller is told to resend the same task id, and the resend replays the entry,
+/// every link of which verifies.
+#[test]
+fn an_entry_whose_sync_fails_stays_committed_and_a_resend_replays_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let store = Store::create(&db).unwrap();
+    let handler = Arc::new(Counted::default());
+    let config = CoordinatorConfig {
+        hooks: Arc::new(FailTheEntrysSync(store.clone())),
+        ..CoordinatorConfig::default()
+    };
+    let c = coordinator_configured(store.clone(), handler.clone(), None, config);
+    let session = session_of(&c, "ep");
+    let answer = c.invoke(&read_call(&session, "t1", "a.txt"));
+    assert!(matches!(answer, Err(CallError::NotConfirmed)), "{answer:?}");
+    assert_eq!(
+        answer.unwrap_err().to_string(),
+        "invocation outcome is not confirmed; resend the same task id"
+    );
+    assert_eq!(handler.0.load(Ordering::SeqCst), 1);
+    assert!(store.writes_failing());
+    let (state, journal, spent) = call_rows(&store, "t1");
+    let state = state.unwrap();
+    assert_eq!(state.phase, TaskPhase::Committed);
+    let index = state.entry_index.expect("the committed entry's index");
+    assert_eq!(journal, Some(Some(OutcomeStatus::Succeeded)));
+    assert_eq!(spent, 1);
+
+    // Reopened (its opening syncs the store), a resend replays the entry and runs nothing.
+    drop((c, store));
+    let store = Store::open(&db, crate::storage::StoreOptions::default()).unwrap();
+    let c = coordinator_on(store.clone(), HANDLER_DEADLINE, handler.clone(), None);
+    let replayed = c.invoke(&read_call(&session, "t1", "a.txt")).unwrap();
+    assert!(replayed.replayed);
+    assert_eq!(replayed.entry_index, index);
+    assert_eq!(handler.0.load(Ordering::SeqCst), 1, "nothing ran again");
+    let report = crate::verify::verify_entry(&store, index).unwrap();
+    assert!(report.all_ok(), "{report:?}");
+    assert!(
+        report.links.iter().any(|l| l.kind == "journal"),
+        "{report:?}"
+    );
+    assert!(store.indeterminate().unwrap().is_empty());
+}
+
+/// An outcome written alone never replaces a committed task state: the commit was made after
+/// all, and the entry it names stays the truth. Nothing is written, and the caller is told to
+/// resend the same task id.
+#[test]
+fn an_unrecorded_outcome_is_never_written_over_a_committed_task() {
+    let (_dir, c) = coordinator_with(HANDLER_DEADLINE, Arc::new(Counted::default()), None);
+    let session = session_of(&c, "ep");
+    let done = c.invoke(&read_call(&session, "t1", "a.txt")).unwrap();
+    let before = call_rows(c.store(), "t1");
+    let ids = CallIds {
+        invocation_id: Surface::Mcp.invocation_id("ep", "t1"),
+        episode: "ep".into(),
+        task: Surface::Mcp.task_key("t1"),
+        skill_id: "ailang-read".into(),
+        input_ref: before.0.as_ref().unwrap().input_ref,
+    };
+    let record = Object::new(sid::EFFECT_RECORD, "host/broker", b"{}".to_vec());
+    let hash = record.hash;
+    let recorded = write_unrecorded(c.store(), &ids, OutcomeStatus::Failed, vec![record], hash);
+    assert_eq!(recorded, Unrecorded::Committed);
+    assert_eq!(call_rows(c.store(), "t1"), before);
+    assert_eq!(c.store().read(|r| r.object(&hash)).unwrap(), None);
+    assert!(matches!(
+        unrecorded_error(recorded, hash),
+        CallError::NotConfirmed
+    ));
+    let replayed = c.invoke(&read_call(&session, "t1", "a.txt")).unwrap();
+    assert_eq!(replayed.entry_index, done.entry_index);
+}
+
+/// A read beside its intent ([`CoordinatorConfig::sole_spender`]) whose intent's sync fails:
+/// the intent was committed, so the call is not lost with it. Whether the intent shared its
+/// entry's commit (then both are not confirmed) or not (the entry's own sync makes both
+/// durable), the task stays committed and a resend replays the entry.
+#[test]
+fn a_read_beside_its_intent_whose_sync_fails_is_not_lost_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(&dir.path().join("db")).unwrap();
+    let handler = Arc::new(Counted::default());
+    let config = CoordinatorConfig {
+        sole_spender: true,
+        ..CoordinatorConfig::default()
+    };
+    let c = coordinator_configured(store.clone(), handler.clone(), None, config);
+    let session = session_of(&c, "ep");
+    store.stats().faults.fail_sync(eio());
+    let answer = c.invoke(&read_call(&session, "t1", "a.txt"));
+    assert!(
+        matches!(answer, Ok(_) | Err(CallError::NotConfirmed)),
+        "{answer:?}"
+    );
+    let (state, journal, spent) = call_rows(&store, "t1");
+    let state = state.unwrap();
+    assert_eq!(state.phase, TaskPhase::Committed);
+    assert_eq!(journal, Some(Some(OutcomeStatus::Succeeded)));
+    assert_eq!(spent, 1);
+    store.write(|_| Ok::<(), CallError>(())).unwrap();
+    let replayed = c.invoke(&read_call(&session, "t1", "a.txt")).unwrap();
+    assert!(replayed.replayed);
+    assert_eq!(Some(replayed.entry_index), state.entry_index);
+    assert_eq!(handler.0.load(Ordering::SeqCst), 1, "nothing ran again");
 }
