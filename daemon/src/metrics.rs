@@ -79,6 +79,9 @@ limits! {
     /// A request body refused: its credential's bodies being read already take a quarter of
     /// `[server] max_connections`.
     BodyReaders => "body_readers",
+    /// A request refused: its credential's requests in flight already take a quarter of
+    /// `[server] max_connections`.
+    RequestsInFlight => "requests_in_flight",
     /// A request head over its size limit (431).
     HeadSize => "head_size",
     /// An answer its client did not read within `[server] send_timeout_ms`.

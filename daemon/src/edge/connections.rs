@@ -35,8 +35,21 @@
 //! of connections that send nothing, each reconnecting as it is closed, then spent half the
 //! daemon's CPU in that search (bench row 12, `docs/benchmarks.md`).
 //!
+//! One credential may have at most a quarter of the connections' requests in flight at once
+//! ([`requests_share`]): a request of any kind holds its connection from its head until its
+//! answer is sent, and waits of many kinds (a read's turn, a call's place in its episode's
+//! queue, a body trickled in, an answer read slowly) hold it meanwhile. Without the share,
+//! one credential sending slow reads on `max_connections` connections kept every one of them
+//! busy (each read waiting up to `read_wait_ms` for its turn), and every other client was shut
+//! out. A request past its credential's share is answered `503` at once
+//! ([`REQUESTS_TEXT`]), and its connection counts as idle while it is (closed first to make
+//! room, as a refusal waiting for a small body is), so that a client sending such requests
+//! back to back, pipelined even, cannot keep the connection busy with them either.
+//!
 //! The same registry drains the daemon at shutdown: every connection is told to finish the
-//! request it has in flight and close, and [`Connections::drain`] waits until all have.
+//! request it has in flight and close, and [`Connections::drain`] waits until all have. What
+//! bounds that wait is each request's own deadline, and for its answer the send deadline,
+//! which counts every wait without reset once the daemon drains ([`super::send`]).
 
 use std::collections::{BTreeSet, HashMap};
 use std::pin::Pin;
@@ -115,6 +128,24 @@ pub fn for_first_bytes(limit: usize) -> usize {
     making_room(limit) * 4
 }
 
+/// The most requests one credential may have in flight at once, under a connection limit of
+/// `limit`: a quarter, at least 1, as with the edge's other shares (the bodies being read,
+/// the answer budget). Requests without a live credential are not counted here: the only one
+/// of them that waits is a read under `--open-reads`, whose turns have a quarter of their
+/// own ([`super::turns`]).
+pub fn requests_share(limit: usize) -> usize {
+    (limit / 4).max(1)
+}
+
+/// What a request past its credential's [`requests_share`] is told (`503`, `Retry-After: 1`).
+pub const REQUESTS_TEXT: &str = "too many requests from this credential in flight (a quarter of [server] max_connections); retry shortly";
+
+/// Marks a request past its credential's [`requests_share`]: the router answers it
+/// [`REQUESTS_TEXT`] past its Host and Origin checks, with the headers every answer carries
+/// ([`super::reply::within`]), and runs nothing else.
+#[derive(Debug, Clone, Copy)]
+pub struct OverShare;
+
 /// Every descriptor a new connection may hold beside the limit while it waits for room.
 pub fn waiting_places(limit: usize) -> usize {
     making_room(limit) + for_senders(limit) + for_credentials(limit) + for_first_bytes(limit)
@@ -164,6 +195,8 @@ pub struct Connections {
     /// Places for new connections waiting for their first bytes ([`for_first_bytes`]).
     for_first_bytes: Arc<Semaphore>,
     registry: Arc<Mutex<Registry>>,
+    /// Requests each credential has in flight ([`requests_share`]).
+    requests: Quota<String>,
     next: AtomicU64,
     /// `true` once the daemon drains: a receiver made after that still sees it.
     shutdown: watch::Sender<bool>,
@@ -208,6 +241,8 @@ type Order = (u8, Instant);
 pub struct Conn {
     id: u64,
     registry: Arc<Mutex<Registry>>,
+    /// The requests each credential has in flight, shared by every connection.
+    requests: Quota<String>,
     state: Mutex<State>,
     close: Notify,
 }
@@ -217,6 +252,9 @@ struct State {
     in_request: bool,
     /// The request's answer is ready, and waits only for the rest of a small body.
     lingering: bool,
+    /// The request is past its credential's share of requests in flight: it is refused, and
+    /// its connection may be closed meanwhile to make room.
+    over_share: bool,
     /// A request of this connection was answered in full.
     served: bool,
     /// When the connection was opened or last finished a request.
@@ -235,10 +273,11 @@ impl State {
     fn eviction_order(&self) -> Option<Order> {
         #[cfg(test)]
         tests::LOOKED_AT.with(|n| n.set(n.get() + 1));
-        if self.gone || self.closing || (self.in_request && !self.lingering) {
+        let closable = self.lingering || self.over_share;
+        if self.gone || self.closing || (self.in_request && !closable) {
             return None;
         }
-        let rank = match (self.lingering, self.served) {
+        let rank = match (closable, self.served) {
             (true, _) => 0,
             (false, false) => 1,
             (false, true) => 2,
@@ -252,15 +291,46 @@ impl Conn {
     /// with the answer's body, [`InRequest::track`]).
     pub fn request(self: &Arc<Conn>) -> InRequest {
         self.update(|s| s.in_request = true);
-        InRequest(self.clone())
+        InRequest {
+            conn: self.clone(),
+            _share: None,
+        }
+    }
+
+    /// A request of `credential` (the live session's credential id, if any) began: counted
+    /// against the credential's [`requests_share`] and busy, as [`Conn::request`]; or, past
+    /// the share, over it ([`InRequest::over_share`]), its connection closable all the while.
+    pub fn request_of(self: &Arc<Conn>, credential: Option<&String>) -> InRequest {
+        let Some(credential) = credential else {
+            return self.request();
+        };
+        match self.requests.take(credential, 1) {
+            Some(share) => {
+                let mut request = self.request();
+                request._share = Some(share);
+                request
+            }
+            None => {
+                // Both at once: the connection is never busy for a request it refuses.
+                self.update(|s| {
+                    s.in_request = true;
+                    s.over_share = true;
+                });
+                InRequest {
+                    conn: self.clone(),
+                    _share: None,
+                }
+            }
+        }
     }
 
     /// Closing this connection loses no answer worth waiting for: nothing was ever begun on
-    /// it (it may hold part of a head), or its answer waits only for a body that has not come.
+    /// it (it may hold part of a head), its answer waits only for a body that has not come,
+    /// or its request is refused for its credential's share.
     pub fn nothing_to_finish(&self) -> bool {
         self.state
             .lock()
-            .is_ok_and(|s| s.lingering || (!s.served && !s.in_request))
+            .is_ok_and(|s| s.lingering || s.over_share || (!s.served && !s.in_request))
     }
 
     /// Change this connection's state, and its place among the idle ones with it. The
@@ -298,14 +368,18 @@ impl Registry {
     }
 }
 
-/// A request in flight on its connection.
-pub struct InRequest(Arc<Conn>);
+/// A request in flight on its connection, and its place in its credential's share.
+pub struct InRequest {
+    conn: Arc<Conn>,
+    _share: Option<Held<String>>,
+}
 
 impl Drop for InRequest {
     fn drop(&mut self) {
-        self.0.update(|s| {
+        self.conn.update(|s| {
             s.in_request = false;
             s.lingering = false;
+            s.over_share = false;
             s.served = true;
             s.idle_since = Instant::now();
         });
@@ -316,7 +390,12 @@ impl InRequest {
     /// The answer is ready and waits only for the rest of a small body (`true`), or no
     /// longer (`false`): meanwhile the connection may be closed to make room.
     pub fn lingering(&self, now: bool) {
-        self.0.update(|s| s.lingering = now);
+        self.conn.update(|s| s.lingering = now);
+    }
+
+    /// Past its credential's [`requests_share`]: to be answered [`REQUESTS_TEXT`].
+    pub fn over_share(&self) -> bool {
+        self.conn.state.lock().is_ok_and(|s| s.over_share)
     }
 
     /// Keep the connection busy until `answer`'s body is sent (or dropped): a stream stays
@@ -408,6 +487,7 @@ impl Connections {
             credential_shares: Quota::new(credential_share(limit)),
             for_first_bytes: Arc::new(Semaphore::new(for_first_bytes(limit))),
             registry: Arc::default(),
+            requests: Quota::new(requests_share(limit)),
             next: AtomicU64::new(0),
             shutdown: watch::channel(false).0,
         }
@@ -541,6 +621,7 @@ impl Connections {
         let state = State {
             in_request: false,
             lingering: false,
+            over_share: false,
             served: false,
             idle_since: Instant::now(),
             closing: false,
@@ -550,6 +631,7 @@ impl Connections {
         let conn = Arc::new(Conn {
             id,
             registry: self.registry.clone(),
+            requests: self.requests.clone(),
             close: Notify::new(),
             state: Mutex::new(state),
         });

@@ -21,12 +21,13 @@ use tower::ServiceExt;
 
 use super::arrived::{arrived, KnownCredential};
 use super::connections::{
-    waiting_places, Conn, Connections, Looking, Registered, Room, Waiting, FIRST_BYTES_WAIT,
+    waiting_places, Conn, Connections, Looking, OverShare, Registered, Room, Waiting,
+    FIRST_BYTES_WAIT,
 };
 use super::credential::{self, Resolved};
 use super::idle::{IdleWatch, Watched};
 use super::reply::{Budgeted, Client, ReplyBudget};
-use super::send::SendDeadline;
+use super::send::{Draining, SendDeadline};
 use super::{linger, ServerConfig};
 use crate::log_throttle::Throttle;
 use crate::metrics::{Limit, Metrics};
@@ -93,6 +94,7 @@ pub async fn serve(
     known: KnownCredential,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    let draining = Draining::default();
     let shared = Shared {
         connections: Arc::new(Connections::new(config.max_connections)),
         http: http1_builder(config),
@@ -115,17 +117,17 @@ pub async fn serve(
         let found = find_room(&shared.connections, &stream, &shared.known, &shared.metrics);
         match found {
             Found::Place(room) => {
-                let stream = prepare(stream, config, &shared.metrics);
+                let stream = prepare(stream, config, &shared.metrics, &draining);
                 tokio::spawn(serve_connection(stream, room, shared.clone()));
             }
             Found::Look(looking) => {
-                let stream = prepare(stream, config, &shared.metrics);
+                let stream = prepare(stream, config, &shared.metrics, &draining);
                 tokio::spawn(look_then_serve(stream, looking, shared.clone()));
             }
             Found::None => drop(stream),
         }
     }
-    shut_down(listener, &shared.connections).await;
+    shut_down(listener, &shared.connections, &draining).await;
     Ok(())
 }
 
@@ -266,13 +268,18 @@ async fn look(
 }
 
 /// An accepted socket set up for serving: no delay for small writes, the configured send
-/// buffer, and the send deadline.
-fn prepare(stream: TcpStream, config: &ServerConfig, metrics: &Metrics) -> SendDeadline<TcpStream> {
+/// buffer, and the send deadline (which counts every wait once `draining` is set).
+fn prepare(
+    stream: TcpStream,
+    config: &ServerConfig,
+    metrics: &Metrics,
+    draining: &Draining,
+) -> SendDeadline<TcpStream> {
     let _ = stream.set_nodelay(true);
     if config.send_buffer_bytes > 0 {
         set_send_buffer(&stream, config.send_buffer_bytes);
     }
-    SendDeadline::new(stream, config.send_timeout, metrics.clone())
+    SendDeadline::new(stream, config.send_timeout, metrics.clone()).drained_by(draining.clone())
 }
 
 /// One connection's task: take its slot, then answer its requests until it ends or is told
@@ -295,7 +302,7 @@ async fn serve_connection(stream: SendDeadline<TcpStream>, room: Place, shared: 
     let service = service(
         app,
         replies,
-        known,
+        (known, metrics.clone()),
         small_pieces,
         peer,
         registered.conn.clone(),
@@ -359,9 +366,11 @@ fn count_end(e: &hyper::Error, watched: &Watched, metrics: &Metrics) {
     }
 }
 
-/// Stop accepting, then let every open connection finish what it has in flight.
-async fn shut_down(listener: TcpListener, connections: &Connections) {
+/// Stop accepting, then let every open connection finish what it has in flight: each answer
+/// within one send timeout of waiting for its client, from now on ([`super::send`]).
+async fn shut_down(listener: TcpListener, connections: &Connections, draining: &Draining) {
     drop(listener);
+    draining.begin();
     connections.drain().await;
 }
 
@@ -372,7 +381,7 @@ async fn shut_down(listener: TcpListener, connections: &Connections) {
 fn service(
     app: Router,
     replies: ReplyBudget,
-    known: KnownCredential,
+    (known, metrics): (KnownCredential, Metrics),
     small_pieces: usize,
     peer: Option<std::net::IpAddr>,
     conn: Arc<Conn>,
@@ -383,17 +392,24 @@ fn service(
     Future = impl Future + Send,
 > + Clone {
     hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-        let (app, replies, in_request) = (app.clone(), replies.clone(), conn.request());
+        let (app, replies, metrics) = (app.clone(), replies.clone(), metrics.clone());
         // Looked up once: the read turns and the routes take what was found here
         // ([`credential::routed_with`]) instead of looking the credential up again.
         let found = credential::authorization(req.headers())
             .ok()
             .flatten()
             .map(|c| Resolved::new(c, known(c)));
-        let client = Client::of_session(found.as_ref().and_then(Resolved::session));
+        let session = found.as_ref().and_then(Resolved::session);
+        let client = Client::of_session(session);
+        // Counted against its credential's share of requests in flight from its head on.
+        let in_request = conn.request_of(session.map(|s| &s.credential_id));
         async move {
             let (mut req, remainder) = linger::track(req, small_pieces);
             req.extensions_mut().insert(super::host::FromConnection);
+            if in_request.over_share() {
+                metrics.limit_tripped(Limit::RequestsInFlight);
+                req.extensions_mut().insert(OverShare);
+            }
             // Refused early or counted inside the router, past its Host and Origin checks
             // ([`super::reply::within`]).
             req.extensions_mut().insert(Budgeted {

@@ -9,6 +9,12 @@
 //! and a client that reads at any ordinary speed resets it long before it fires. A client
 //! trickling a few bytes at a time is cut as surely as one that reads nothing.
 //!
+//! Once the daemon drains ([`Draining`]) progress no longer resets the clock: a client has
+//! one send timeout of waiting, in all, for the rest of its answer. A client taking 64 KiB
+//! just inside each send timeout otherwise held the drain for as long as its answer lasted at
+//! that pace (ten minutes for 4 MiB at the default 10 s), far past a service manager's stop
+//! timeout, which then killed the daemon before its late handlers could journal.
+//!
 //! On a trip the socket is closed with a reset (`SO_LINGER` 0): the kernel drops the data it
 //! still held for that client instead of keeping it, possibly for as long as the client keeps
 //! its receive window shut.
@@ -18,6 +24,8 @@
 use std::future::Future;
 use std::io::{self, IoSlice};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -34,11 +42,28 @@ pub const MIN_PROGRESS_BYTES: u64 = 64 * 1024;
 pub const SEND_TIMEOUT_MESSAGE: &str =
     "client took too little of its answer in time ([server] send_timeout_ms)";
 
+/// Set once the daemon drains: from then on the send deadlines of its connections count every
+/// wait, progress or not.
+#[derive(Clone, Default)]
+pub struct Draining(Arc<AtomicBool>);
+
+impl Draining {
+    /// The daemon drains, from now on.
+    pub fn begin(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    fn on(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
 /// A connection whose writes are bounded by the send deadline.
 pub struct SendDeadline<S> {
     inner: S,
     timeout: Duration,
     metrics: Metrics,
+    draining: Draining,
     /// Time spent blocked since the last reset, not counting the current wait.
     waited: Duration,
     /// Bytes taken since the last reset.
@@ -54,11 +79,18 @@ impl<S: ResetOnClose> SendDeadline<S> {
             inner,
             timeout,
             metrics,
+            draining: Draining::default(),
             waited: Duration::ZERO,
             taken: 0,
             waiting: None,
             tripped: false,
         }
+    }
+
+    /// Count every wait without reset once `draining` is set.
+    pub fn drained_by(mut self, draining: Draining) -> Self {
+        self.draining = draining;
+        self
     }
 
     /// The stream written to.
@@ -72,7 +104,7 @@ impl<S: ResetOnClose> SendDeadline<S> {
             self.waited += since.elapsed();
         }
         self.taken += n as u64;
-        if self.taken >= MIN_PROGRESS_BYTES {
+        if self.taken >= MIN_PROGRESS_BYTES && !self.draining.on() {
             self.waited = Duration::ZERO;
             self.taken = 0;
         }
@@ -328,6 +360,39 @@ mod tests {
         assert_eq!(err.kind(), io::ErrorKind::TimedOut);
         assert_eq!(taken, 2048);
         assert_eq!(start.elapsed(), Duration::from_millis(1000));
+        assert_eq!(metrics.trips(Limit::SendTimeout), 1);
+    }
+
+    /// Once the daemon drains, a client keeping pace with the progress rule is cut all the
+    /// same when its waits add up to the timeout: 64 KiB every 900 ms kept the clock reset,
+    /// and held the drain for as long as the answer lasted.
+    #[tokio::test(start_paused = true)]
+    async fn once_the_daemon_drains_every_wait_counts_and_a_steady_trickle_is_cut() {
+        let (c, room, metrics) = conn(1000);
+        let draining = Draining::default();
+        let mut c = c.drained_by(draining.clone());
+        let kib64 = MIN_PROGRESS_BYTES as usize;
+        for k in 1..=66 {
+            give_after(&room, 900 * k, kib64);
+        }
+        // Before the drain, a minute of it is not cut.
+        let mut taken = 0;
+        while taken < 10 * kib64 {
+            taken += write(&mut c, kib64).await.unwrap();
+        }
+        assert_eq!(metrics.trips(Limit::SendTimeout), 0);
+        draining.begin();
+        let start = Instant::now();
+        let err = loop {
+            match write(&mut c, kib64).await {
+                Ok(n) => taken += n,
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        // 900 ms waited (and 64 KiB taken, no reset), then 100 ms more: cut.
+        assert_eq!(start.elapsed(), Duration::from_millis(1000));
+        assert_eq!(taken, 11 * kib64);
         assert_eq!(metrics.trips(Limit::SendTimeout), 1);
     }
 

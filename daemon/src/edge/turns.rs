@@ -10,6 +10,13 @@
 //! [`ServerConfig::read_wait`] for its turn is answered 503 with `Retry-After: 1`
 //! (`worldd_limit_trips_total{limit="read_wait"}`).
 //!
+//! Nor may one client have more than a quarter of `max_connections` reads running or waiting
+//! (or `reads_per_client`, if that is more): a read waiting for its turn holds its
+//! connection busy, and one credential sending slow reads on every connection kept them all
+//! busy, shutting every other client out. A read past that is answered the same 503 at once.
+//! (A credential's requests of every kind are held to the same quarter by the listener,
+//! [`super::connections::requests_share`]; this bounds the reads without one.)
+//!
 //! The client is the request's bearer credential ([`Client`]); requests without one (under
 //! `--open-reads`) share one turn. The log stream, health and metrics do not take turns: the
 //! stream has its own limits, and the other two read nothing from the store.
@@ -27,6 +34,7 @@ use tokio::time::Instant;
 use super::reply::Client;
 use super::ServerConfig;
 use crate::metrics::Limit;
+use crate::quota::{Held, Quota};
 use crate::state::AppState;
 
 /// What a client whose reads waited too long is told.
@@ -39,11 +47,14 @@ pub const WAIT_TEXT: &str =
 pub struct Turns {
     clients: Arc<Mutex<HashMap<Client, Arc<Semaphore>>>>,
     per_client: usize,
+    /// Reads each client has running or waiting ([`Turns::in_flight_cap`]).
+    in_flight: Quota<Client>,
 }
 
 /// One read's turn: held while the read runs.
 pub struct Turn {
     permit: Option<OwnedSemaphorePermit>,
+    _in_flight: Held<Client>,
     client: Client,
     turns: Turns,
 }
@@ -53,11 +64,22 @@ impl Turns {
         Turns {
             clients: Arc::default(),
             per_client: config.reads_per_client,
+            in_flight: Quota::new(Turns::in_flight_cap(config)),
         }
     }
 
-    /// Wait until `client` may run one more read, or `deadline` passes (`None`).
+    /// The most reads one client may have running or waiting: a quarter of the connections
+    /// (at least 1), as many as it may run at once if that is more.
+    pub fn in_flight_cap(config: &ServerConfig) -> usize {
+        (config.max_connections / 4)
+            .max(1)
+            .max(config.reads_per_client)
+    }
+
+    /// Wait until `client` may run one more read, or `deadline` passes (`None`); `None` at
+    /// once when `client` already has [`Turns::in_flight_cap`] reads running or waiting.
     pub async fn take(&self, client: Client, deadline: Instant) -> Option<Turn> {
+        let in_flight = self.in_flight.take(&client, 1)?;
         let queue = {
             let mut clients = self.clients.lock().ok()?;
             clients
@@ -70,6 +92,7 @@ impl Turns {
         let permit = tokio::time::timeout_at(deadline, queue.acquire_owned()).await;
         let turn = Turn {
             permit: permit.ok().and_then(Result::ok),
+            _in_flight: in_flight,
             client,
             turns: self.clone(),
         };
@@ -226,6 +249,52 @@ mod tests {
             "looked up",
             "it waited for its turn"
         );
+    }
+
+    /// One client sending slow reads on every connection kept them all busy waiting for its
+    /// turn. Past a quarter of the connections running or waiting, its reads are refused at
+    /// once; another client is not held up, and the refused one's turns come back as its reads
+    /// end.
+    #[tokio::test(start_paused = true)]
+    async fn a_client_with_a_quarter_of_the_connections_reading_or_waiting_is_refused_at_once() {
+        let t = Turns::new(&ServerConfig {
+            reads_per_client: 1,
+            max_connections: 32,
+            ..ServerConfig::default()
+        });
+        let soon = || Instant::now() + Duration::from_secs(10);
+        let running = t.take(client("a"), soon()).await.unwrap();
+        let waiting: Vec<_> = (0..7)
+            .map(|_| {
+                let t = t.clone();
+                tokio::spawn(async move { t.take(client("a"), soon()).await.is_some() })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        // Eight running or waiting: the ninth is refused without waiting.
+        let started = Instant::now();
+        assert!(t.take(client("a"), soon()).await.is_none());
+        assert_eq!(started.elapsed(), Duration::ZERO);
+        let other = t.take(client("b"), soon()).await.unwrap();
+        drop((running, other));
+        for w in waiting {
+            assert!(w.await.unwrap(), "each waiting read has its turn in time");
+        }
+        assert!(t.take(client("a"), soon()).await.is_some());
+        assert_eq!(t.clients(), 0);
+        // A client may always run as many as `reads_per_client`, above a quarter or not.
+        let wide = ServerConfig {
+            reads_per_client: 3,
+            max_connections: 4,
+            ..ServerConfig::default()
+        };
+        assert_eq!(Turns::in_flight_cap(&wide), 3);
+        let t = Turns::new(&wide);
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            held.push(t.take(client("a"), soon()).await.expect("run at once"));
+        }
+        assert!(t.take(client("a"), soon()).await.is_none());
     }
 
     #[tokio::test(start_paused = true)]
