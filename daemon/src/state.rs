@@ -48,8 +48,9 @@ pub enum InvokeFailure {
     TimedOut,
     /// The task running the call was cancelled or panicked.
     Canceled,
-    /// The session's credential was revoked while the call waited for its turn: nothing ran
-    /// and nothing was journaled, so its task id is unused ([`REVOKED_WHILE_WAITING`]).
+    /// The session's credential was revoked after its request arrived (while its body came,
+    /// or while the call waited for its turn): nothing ran and nothing was journaled, so its
+    /// task id is unused ([`REVOKED_WHILE_WAITING`]).
     Revoked,
 }
 
@@ -329,25 +330,23 @@ impl AppState {
                 return Err(InvokeFailure::Call(CallError::TaskIdReused));
             }
         }
-        use std::future::Future as _;
         let episode = call.session.episode.clone();
         let key = call
             .task_id
             .as_ref()
             .map(|task| call.surface.invocation_id(&episode, task));
-        let mut admit = std::pin::pin!(self
+        let admit = self
             .inner
             .admission
-            .admit_keyed(&episode, key, until, body_bytes));
-        let first = std::future::poll_fn(|cx| std::task::Poll::Ready(admit.as_mut().poll(cx)));
-        let (admitted, waited) = match first.await {
-            std::task::Poll::Ready(admitted) => (admitted, false),
-            std::task::Poll::Pending => (admit.await, true),
-        };
+            .admit_keyed(&episode, key, until, body_bytes);
+        let admitted = admit.await;
         let mut call = call;
-        if waited && admitted.is_ok() {
-            // A call that waited (behind its episode's running call, or for a slot) runs on
-            // its credential as it is now: one revoked meanwhile runs nothing.
+        if admitted.is_ok() {
+            // A call runs on its credential as it is now, not as it was when its request head
+            // arrived: one revoked meanwhile runs nothing. It may have waited behind its
+            // episode's running call or for a slot, or for its body, trickled in for up to
+            // `body_timeout_ms`. One read of the session's record (a few mapped pages; the
+            // decoded session is cached), which a call's opening and planning far outweigh.
             call.session = self.session_now(&call.session)?;
         }
         let Ticket { turn, slot } = match admitted {
