@@ -12,6 +12,9 @@ use common::*;
 use serde_json::{json, Value};
 
 const WS: &[&str] = &["worldd_workspace"];
+
+/// What a request past its credential's share of requests in flight is told.
+const REQUESTS_TEXT: &str = "too many requests from this credential in flight (a quarter of [server] max_connections); retry shortly";
 const WS_STALL: &[&str] = &["worldd_workspace", "worldd_stall"];
 
 /// A daemon with `config` as its TOML file (plus `extra` flags).
@@ -1523,14 +1526,17 @@ fn one_session_trickling_bodies_holds_at_most_a_quarter_of_the_connections() {
     let other = d.session("ep2", &["Workspace.Read=worktree:5"]);
     let held: Vec<TcpStream> = (0..2).map(|_| body_in_flight(&d, &attacker)).collect();
     // A third is refused before its body is read (sent whole, so the answer is not held
-    // back waiting for it).
+    // back waiting for it): the two bodies are the credential's whole share of requests in
+    // flight, which bounds its bodies being read before their own quarter does.
     let whole = mcp_post_head(&d, &attacker, 100, false) + &" ".repeat(100);
     let a = raw_exchange(&d.addr, whole.as_bytes());
-    assert_busy(
-        &a,
-        "too many request bodies from this credential being read at once (a quarter of [server] max_connections); retry shortly",
+    assert_eq!(a.status, 503);
+    assert_eq!(a.retry_after.as_deref(), Some("1"));
+    assert_eq!(
+        a.json(),
+        json!({"error": {"class": "Unavailable", "message": REQUESTS_TEXT}})
     );
-    assert_eq!(trips(&d, "body_readers"), 1);
+    assert_eq!(trips(&d, "requests_in_flight"), 1);
     let v = tools_call(&d, &other, "ailang-read", json!({"path": "nope.txt"}));
     assert_eq!(v["result"]["structuredContent"]["ok"], false, "{v}");
     drop(held);
@@ -3250,4 +3256,221 @@ fn one_agent_looping_a_slow_large_call_does_not_hold_the_large_call_lane_from_ot
         ),
         0
     );
+}
+
+/// One credential opened every connection the daemon allows and sent slow log reads on each,
+/// back to back. Its reads take turns, one at a time, and every one waiting for its turn (up
+/// to `read_wait_ms`) held its connection busy: with all 32 busy, none could be closed to make
+/// room, and a new connection of any other client was closed at once. Now a credential has at
+/// most a quarter of the connections' requests in flight; past that it is answered 503 at once,
+/// and its connection counts as idle meanwhile, so a new client closes one of them and is
+/// served.
+#[test]
+fn one_credential_looping_slow_reads_on_every_connection_cannot_shut_another_out() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let d = Daemon::start(WS, &["--max-connections", "32"]);
+    let attacker = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let other = d.session("ep2", &["Workspace.Read=worktree:5"]);
+    let read = format!(
+        "GET /v1/log?from=0&limit=500 HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {attacker}\r\n\r\n",
+        d.addr
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let flood: Vec<_> = (0..32)
+        .map(|_| {
+            let (addr, read, stop) = (d.addr.clone(), read.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut statuses = Vec::new();
+                // Reconnect whenever the daemon closes a connection, as an attacker would.
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok(mut s) = TcpStream::connect(&addr) else {
+                        continue;
+                    };
+                    let _ = s.set_read_timeout(Some(Duration::from_secs(20)));
+                    while !stop.load(Ordering::Relaxed) {
+                        if s.write_all(read.as_bytes()).is_err() {
+                            break;
+                        }
+                        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            read_one_answer(&mut s)
+                        })) {
+                            Ok((head, body)) => statuses.push(answer_of(&head, body)),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                statuses
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    // Fresh connections of another credential, each served while the flood goes on.
+    let head = format!(
+        "GET /v1/head HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {other}\r\nConnection: close\r\n\r\n",
+        d.addr
+    );
+    let mut shut_out = Vec::new();
+    for i in 0..10 {
+        let mut s = connect(&d);
+        let _ = s.write_all(head.as_bytes());
+        let (got, _) = read_to_close(&mut s);
+        if !got.starts_with(b"HTTP/1.1 200") {
+            shut_out.push((i, String::from_utf8_lossy(&got).into_owned()));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let answers: Vec<Answer> = flood.into_iter().flat_map(|t| t.join().unwrap()).collect();
+    assert!(shut_out.is_empty(), "shut out: {shut_out:?}");
+    // The flood was served its share, and refused past it at once, with the share's text (or,
+    // for a read that waited its turn too long, the turn's).
+    let mut refused = 0;
+    for a in &answers {
+        match a.status {
+            200 => assert!(a.text().starts_with("{\"items\":"), "{}", a.text()),
+            503 => {
+                refused += 1;
+                assert_eq!(a.retry_after.as_deref(), Some("1"));
+                let message = a.json()["error"]["message"].as_str().unwrap().to_owned();
+                assert!(
+                    message == REQUESTS_TEXT
+                        || message == "too many reads from this credential in flight ([server] reads_per_client); retry shortly",
+                    "{message}"
+                );
+            }
+            status => panic!("{status}: {}", a.text()),
+        }
+    }
+    assert!(refused >= 1, "the flood was never refused");
+    assert!(trips(&d, "requests_in_flight") >= 1);
+}
+
+/// A client that takes 64 KiB of a large answer just inside each send timeout is never cut
+/// while the daemon serves, and held its drain at SIGTERM for as long as the answer lasted at
+/// that pace (about 20 s for this 2 MiB one; ten minutes for 4 MiB at the default 10 s, past
+/// systemd's 60 s stop timeout). Once the daemon drains, its waits add up without reset: it has
+/// one send timeout (1.5 s here) for the rest of its answer, and is then reset.
+#[test]
+fn a_slow_reader_of_a_large_answer_cannot_hold_the_drain_past_one_send_timeout() {
+    let (d, _c) = start_with(
+        WS,
+        "[server]\nsend_timeout_ms = 1500\nsend_buffer_bytes = 16384\n",
+        &[],
+    );
+    let token = d.session("ep1", &["Workspace.Read=worktree:100000000"]);
+    // Two reads of a megabyte each in one batch (a read is at most 1 MiB): a 2 MiB answer and
+    // more.
+    let mut batch = Vec::new();
+    for (id, file) in [(1, "a.txt"), (2, "b.txt")] {
+        std::fs::write(d.root().join("ep1").join(file), "z".repeat(1_000_000)).unwrap();
+        batch.push(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "ailang-read", "arguments": {"path": file}}}));
+    }
+    let body = Value::Array(batch).to_string();
+    let head = mcp_post_head(&d, &token, body.len(), false).replace(
+        "Content-Length",
+        "MCP-Protocol-Version: 2025-03-26\r\nContent-Length",
+    );
+    let mut s = connect_small_window(&d);
+    s.write_all((head + &body).as_bytes()).unwrap();
+    let mut status = [0u8; 12];
+    s.read_exact(&mut status).unwrap();
+    assert_eq!(&status, b"HTTP/1.1 200");
+    // 64 KiB at once, then 700 ms of nothing, again and again.
+    let reader = std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        // The first bytes, to say what came if it is not the answer.
+        let mut first = Vec::new();
+        let mut total = 0usize;
+        loop {
+            let mut chunk = 0;
+            while chunk < 64 * 1024 {
+                match s.read(&mut buf) {
+                    Ok(0) => return (total, false, first),
+                    Ok(n) => {
+                        if first.len() < 512 {
+                            first.extend_from_slice(&buf[..n.min(512)]);
+                        }
+                        chunk += n;
+                        total += n;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                        return (total, true, first)
+                    }
+                    Err(e) => panic!("{e} after {total} bytes"),
+                }
+            }
+            std::thread::sleep(Duration::from_millis(700));
+        }
+    });
+    // Served at that pace, it is not cut.
+    std::thread::sleep(Duration::from_millis(3000));
+    assert!(
+        !reader.is_finished(),
+        "the reader was cut while the daemon served"
+    );
+    assert_eq!(trips(&d, "send_timeout"), 0);
+    let (status, took, log, _dir) = d.stop_with_log(Duration::from_secs(60));
+    assert!(status.success(), "{status:?}\n{log}");
+    // One send timeout of waiting, then the drain and the exit: well under the ~17 s the rest
+    // of the answer takes at that pace.
+    assert!(
+        took < Duration::from_secs(6),
+        "the stop took {took:?}\n{log}"
+    );
+    let (got, reset, first) = reader.join().unwrap();
+    let first = String::from_utf8_lossy(&first);
+    assert!(
+        reset,
+        "the slow reader was not reset ({got} bytes: {first}…)"
+    );
+    assert!(got < 2 * 1024 * 1024, "{got} bytes arrived");
+}
+
+/// A call's credential was checked when its request head arrived; one revoked while the
+/// call's body was still arriving (trickled in under `body_timeout_ms`) ran all the same, and
+/// committed. A call now runs on its credential as it is when it is admitted: this one runs
+/// nothing, journals nothing, and is told so with the authentication errors' code.
+#[test]
+fn a_credential_revoked_while_its_calls_body_trickles_in_runs_nothing() {
+    const REVOKED: &str = "session credential was revoked while this call waited: nothing ran and nothing was journaled (its task id is unused); send it again with a valid credential";
+    let (d, _c) = start_with(
+        WS,
+        "[server]\nbody_timeout_ms = 20000\n[limits]\ncall_deadline_ms = 30000\n",
+        &[],
+    );
+    let token = d.session("slow-body", &["Workspace.Write=worktree:5"]);
+    let reader = d.session("watcher", &["Workspace.Read=worktree:5"]);
+    let world = || {
+        let a = get(&d.url("/v1/head"), Some(&reader));
+        assert_eq!(a.status, 200, "{}", a.text());
+        a.text()
+    };
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "ailang-write", "arguments": {"path": "late.txt", "content": "x"}}})
+    .to_string();
+    let (first, rest) = body.split_at(body.len() / 2);
+    let mut s = connect(&d);
+    s.write_all(mcp_post_head(&d, &token, body.len(), false).as_bytes())
+        .unwrap();
+    s.write_all(first.as_bytes()).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let before = world();
+    d.revoke_by_cli(&token);
+    s.write_all(rest.as_bytes()).unwrap();
+    let (head, answer) = read_one_answer(&mut s);
+    let a = answer_of(&head, answer);
+    assert_eq!(a.status, 200, "{}", a.text());
+    let v = if a.content_type.starts_with("text/event-stream") {
+        a.sse_json()
+    } else {
+        a.json()
+    };
+    assert_eq!(
+        v,
+        json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32001, "message": REVOKED}})
+    );
+    assert!(!d.root().join("slow-body/late.txt").exists());
+    assert_eq!(world(), before, "the revoked call journaled something");
 }
