@@ -726,6 +726,37 @@ mod tests {
         drop(busy);
     }
 
+    /// One credential sending requests on every connection kept them all busy. Past its share
+    /// (a quarter of the limit) a request is refused, and its connection is the first closed
+    /// to make room; requests without a credential are not counted.
+    #[tokio::test]
+    async fn a_request_past_its_credentials_share_is_refused_and_its_connection_closed_first() {
+        let conns = Connections::new(8);
+        assert_eq!(requests_share(8), 2);
+        let held: Vec<Registered> = (0..8).map(|_| free(&conns)).collect();
+        let (me, you) = ("1".repeat(64), "2".repeat(64));
+        let a = held[0].conn.request_of(Some(&me));
+        let b = held[1].conn.request_of(Some(&me));
+        let theirs = held[2].conn.request_of(Some(&you));
+        assert!(!a.over_share() && !b.over_share() && !theirs.over_share());
+        let past = held[3].conn.request_of(Some(&me));
+        assert!(past.over_share());
+        assert!(held[3].conn.nothing_to_finish());
+        let anonymous: Vec<InRequest> = held[4..].iter().map(|r| r.conn.request_of(None)).collect();
+        assert!(anonymous.iter().all(|r| !r.over_share()));
+        // Every other connection is busy: the refused one is closed, then none.
+        assert!(matches!(conns.room(|| Arrived::Nothing), Room::Made(_)));
+        assert!(closing(&held[3]));
+        assert!(matches!(conns.room(|| Arrived::Nothing), Room::Full));
+        // The share comes back as the credential's requests end.
+        drop(a);
+        let again = held[0].conn.request_of(Some(&me));
+        assert!(!again.over_share());
+        assert!(!held[0].conn.nothing_to_finish());
+        drop((b, theirs, past, anonymous, again, held));
+        assert_eq!(conns.requests.holders(), 0);
+    }
+
     #[tokio::test]
     async fn a_refusal_waiting_for_a_body_that_does_not_come_makes_room_first() {
         let conns = Connections::new(3);
