@@ -7,6 +7,7 @@ use std::io::{self, Read, Write};
 use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
+use std::sync::mpsc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -86,6 +87,8 @@ pub struct Output {
 pub enum RunError {
     /// The program could not be started.
     Spawn(io::Error),
+    /// The deadline had passed before it was started: nothing ran.
+    NotStarted,
     /// It did not finish before the deadline and was killed.
     Timeout,
     /// Talking to it failed.
@@ -96,6 +99,7 @@ impl std::fmt::Display for RunError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             RunError::Spawn(e) => write!(f, "cannot start: {}", errno_text(e)),
+            RunError::NotStarted => f.write_str("not started: the time limit had run out"),
             RunError::Timeout => f.write_str("did not finish in time"),
             RunError::Io(e) => f.write_str(&errno_text(e)),
         }
@@ -213,13 +217,18 @@ impl Git {
         deadline: Instant,
     ) -> Result<Output, RunError> {
         if Instant::now() >= deadline {
-            return Err(RunError::Timeout);
+            return Err(RunError::NotStarted);
         }
         let group = Group::new().map_err(RunError::Spawn)?;
         let mut cmd = self.command(place, args);
         if let Some(dir) = place.dir {
             worktree::run_in(&mut cmd, dir).map_err(RunError::Spawn)?;
         }
+        // The readers of git's stdout and stderr start before git does, and are handed its
+        // pipes once it runs: a thread the OS refuses (a pids limit) then fails the run with
+        // nothing started, no child to kill and reap, and a `git commit` that made nothing.
+        let (out_pipe, out) = capture().map_err(RunError::Spawn)?;
+        let (err_pipe, err) = capture().map_err(RunError::Spawn)?;
         cmd.stdin(if stdin.is_some() {
             Stdio::piped()
         } else {
@@ -228,9 +237,15 @@ impl Git {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
         group.prepare(&mut cmd);
+        // Not started: the readers, never handed a pipe, end with nothing read.
         let mut child = cmd.spawn().map_err(RunError::Spawn)?;
-        let out = child.stdout.take().map(capture);
-        let err = child.stderr.take().map(capture);
+        // A reader ends only after it was handed its pipe, so neither send can fail.
+        if let Some(pipe) = child.stdout.take() {
+            let _ = out_pipe.send(pipe);
+        }
+        if let Some(pipe) = child.stderr.take() {
+            let _ = err_pipe.send(pipe);
+        }
         if let (Some(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {
             // A commit message is at most a few KiB, under any pipe buffer, so
             // this cannot block on a child that does not read. A broken pipe is git gone
@@ -278,11 +293,20 @@ struct Captured {
     nuls: usize,
 }
 
-/// Read `pipe` to its end (so git never blocks on it), keeping the first [`MAX_CAPTURE`]
-/// bytes and counting what is not kept.
-fn capture<R: Read + Send + 'static>(mut pipe: R) -> JoinHandle<Captured> {
-    thread::spawn(move || {
+/// A reader: it waits for the pipe sent to it, then reads it to its end (so git never blocks
+/// on it), keeping the first [`MAX_CAPTURE`] bytes and counting what is not kept. Nothing is
+/// read when no pipe comes. The error of a thread the OS refused.
+fn capture<R: Read + Send + 'static>() -> io::Result<(mpsc::Sender<R>, JoinHandle<Captured>)> {
+    #[cfg(test)]
+    if FAIL_CAPTURE.with(std::cell::Cell::get) {
+        return Err(io::Error::from_raw_os_error(libc::EAGAIN));
+    }
+    let (send, receive) = mpsc::channel::<R>();
+    let reader = thread::Builder::new().spawn(move || {
         let mut c = Captured::default();
+        let Ok(mut pipe) = receive.recv() else {
+            return c;
+        };
         let mut buf = [0u8; 8192];
         loop {
             match pipe.read(&mut buf) {
@@ -296,11 +320,25 @@ fn capture<R: Read + Send + 'static>(mut pipe: R) -> JoinHandle<Captured> {
             }
         }
         c
-    })
+    })?;
+    Ok((send, reader))
 }
 
-fn join(handle: Option<JoinHandle<Captured>>) -> Captured {
-    handle.and_then(|h| h.join().ok()).unwrap_or_default()
+#[cfg(test)]
+thread_local! {
+    /// Tests: the capture threads this thread starts are refused, as the OS refuses a thread
+    /// under a pids limit.
+    static FAIL_CAPTURE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Tests: refuse (or allow again) the capture threads git runs started by this thread start.
+#[cfg(test)]
+pub(crate) fn refuse_capture_threads(refuse: bool) {
+    FAIL_CAPTURE.with(|f| f.set(refuse));
+}
+
+fn join(handle: JoinHandle<Captured>) -> Captured {
+    handle.join().unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -310,17 +348,102 @@ mod tests {
     #[test]
     fn a_capture_keeps_its_cap_and_counts_all_it_read() {
         let mut listing = b"a\0".repeat(MAX_CAPTURE / 2);
-        let whole = join(Some(capture(io::Cursor::new(listing.clone()))));
+        let read = |bytes: Vec<u8>| {
+            let (pipe, reader) = capture().unwrap();
+            pipe.send(io::Cursor::new(bytes)).unwrap();
+            join(reader)
+        };
+        let whole = read(listing.clone());
         assert_eq!(
             (whole.kept.len(), whole.cut, whole.nuls),
             (MAX_CAPTURE, false, MAX_CAPTURE / 2)
         );
         listing.extend_from_slice(b"bb\0");
-        let over = join(Some(capture(io::Cursor::new(listing))));
+        let over = read(listing);
         assert_eq!(
             (over.kept.len(), over.cut, over.nuls),
             (MAX_CAPTURE, true, MAX_CAPTURE / 2 + 1)
         );
+    }
+
+    /// The processes that are children of this one and run `name` (zombies too: the kernel
+    /// keeps a zombie's name).
+    fn children_named(name: &str) -> Vec<String> {
+        let me = std::process::id().to_string();
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|entry| std::fs::read_to_string(entry.ok()?.path().join("stat")).ok())
+            .filter(|stat| {
+                // `pid (comm) state ppid …`: comm may hold spaces and parentheses.
+                let Some((comm, rest)) =
+                    stat.split_once(" (").and_then(|(_, r)| r.rsplit_once(") "))
+                else {
+                    return false;
+                };
+                comm == name && rest.split(' ').nth(1) == Some(me.as_str())
+            })
+            .collect()
+    }
+
+    /// A reader thread of git's output that the OS refused (a pids limit) panicked after git
+    /// had started, and git, killed with its group, was never waited for: a zombie holding a
+    /// pids slot. The readers start first now: the run fails as one that could not start, and
+    /// no git ran.
+    #[test]
+    fn a_refused_reader_thread_fails_the_run_before_git_starts_and_leaves_no_child() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let started = tmp.path().join("started");
+        // A program named for this test alone, which says that it ran.
+        let probe = tmp.path().join("gitprobe-reader");
+        std::fs::write(
+            &probe,
+            format!("#!/bin/sh\necho ran >> '{}'\n", started.display()),
+        )
+        .unwrap();
+        std::fs::set_permissions(&probe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let git = Git::new(
+            probe,
+            std::env::var_os("PATH"),
+            tmp.path().into(),
+            tmp.path().into(),
+            Author {
+                name: "T".into(),
+                email: "t@example.invalid".into(),
+            },
+        );
+        let place = Place {
+            cwd: tmp.path(),
+            ceiling: Some(tmp.path()),
+            git_dir: None,
+            index_file: None,
+            dir: None,
+            pathspec_magic: false,
+        };
+        let run = || {
+            git.run(
+                &place,
+                &[OsStr::new("status")],
+                None,
+                Instant::now() + Duration::from_secs(10),
+            )
+        };
+        refuse_capture_threads(true);
+        let refused = run();
+        refuse_capture_threads(false);
+        match refused {
+            Err(RunError::Spawn(e)) => assert_eq!(e.raw_os_error(), Some(libc::EAGAIN)),
+            other => panic!("expected a run that could not start, got {other:?}"),
+        }
+        // Time enough for a program that had been started to say so.
+        thread::sleep(Duration::from_millis(300));
+        assert!(!started.exists(), "the program ran");
+        assert_eq!(children_named("gitprobe-reader"), Vec::<String>::new());
+        // The probe is a fair one: allowed its readers, it runs, and is reaped.
+        let ran = run().unwrap();
+        assert!(ran.status.success());
+        assert_eq!(std::fs::read_to_string(&started).unwrap(), "ran\n");
+        assert_eq!(children_named("gitprobe-reader"), Vec::<String>::new());
     }
 
     /// The worktree swapped for a symlink to another directory after it was opened: git

@@ -533,6 +533,10 @@ impl GitHandler {
     fn broken(&self, job: &Job<'_>, step: &str, error: RunError) -> Outcome {
         let message = match error {
             RunError::Spawn(e) => format!("commit: git could not be started ({step}): {}", errno_text(&e)),
+            RunError::NotStarted => format!(
+                "commit: git {step} was not started: the time limit ({}) had run out; nothing was committed",
+                job.limit
+            ),
             RunError::Timeout => format!(
                 "commit: git {step} did not finish within the time limit ({}); nothing was committed",
                 job.limit
@@ -963,13 +967,32 @@ impl GitHandler {
                 continue;
             }
             let driver_text = String::from_utf8_lossy(driver);
-            let defined = ["clean", "process"].iter().any(|key| {
+            let mut defined = false;
+            for key in ["clean", "process"] {
                 let name = format!("filter.{driver_text}.{key}");
-                matches!(
-                    self.run_in(job, repo, &[os("config"), os("--get"), OsStr::new(&name)], None),
-                    Ok(o) if o.status.success()
-                )
-            });
+                match self.run_in(
+                    job,
+                    repo,
+                    &[os("config"), os("--get"), OsStr::new(&name)],
+                    None,
+                ) {
+                    Ok(o) if o.status.success() => {
+                        defined = true;
+                        break;
+                    }
+                    // Exit status 1 alone means "not set"; any other (3, a config git cannot
+                    // parse) is git failing, and a run that failed says nothing either way.
+                    Ok(o) if o.status.code() == Some(1) => {}
+                    Ok(o) => {
+                        return Err(self.refuse(format!(
+                            "commit: git config --get {name} failed ({}): {}",
+                            o.status,
+                            self.git_says(job, &o.stderr)
+                        )))
+                    }
+                    Err(e) => return Err(self.broken(job, "config", e)),
+                }
+            }
             if !defined {
                 return Err(self.refuse(format!(
                     "commit {}: its attributes give it filter \"{driver_text}\", which the repository's own config does not define (git-commit reads no user or system config, so the file would be committed as the worktree holds it, not cleaned); the operator defines filter.{driver_text} in the repository's config (git lfs install --local for LFS)",
@@ -1004,7 +1027,9 @@ impl GitHandler {
                 self.git_says(job, &o.stderr)
             ))),
             // Only a git that never started proves that nothing was committed.
-            Err(RunError::Spawn(e)) => Err(self.broken(job, "commit", RunError::Spawn(e))),
+            Err(e @ (RunError::Spawn(_) | RunError::NotStarted)) => {
+                Err(self.broken(job, "commit", e))
+            }
             Err(e) => {
                 // git was killed (at the deadline, or when it could no longer be waited for)
                 // holding whatever it held: release it, so that the repository stays usable.
@@ -1129,7 +1154,8 @@ fn listed(names: &[String], most: usize) -> Option<String> {
 /// (killed at the deadline, or no longer waited for): it may have committed.
 fn unfinished_commit(error: &RunError, limit: TimeLimit) -> String {
     match error {
-        RunError::Timeout => format!(
+        // A run never started is `failed` in `make_commit` and does not come here.
+        RunError::Timeout | RunError::NotStarted => format!(
             "commit: git commit did not finish within the time limit ({limit}) and was stopped; the commit may or may not have been made"
         ),
         RunError::Spawn(e) | RunError::Io(e) => format!(
@@ -1143,7 +1169,7 @@ fn unfinished_commit(error: &RunError, limit: TimeLimit) -> String {
 fn after_commit(step: &str, unknown: &str, error: RunError) -> String {
     let cause = match error {
         RunError::Spawn(e) | RunError::Io(e) => errno_text(&e),
-        RunError::Timeout => "the time limit was reached".to_string(),
+        RunError::Timeout | RunError::NotStarted => "the time limit was reached".to_string(),
     };
     format!("the commit was made but git {step} failed afterwards ({cause}): {unknown}; git log in the worktree shows it")
 }
@@ -1339,7 +1365,124 @@ impl EffectHandler for GitHandler {
 
 #[cfg(test)]
 mod tests {
-    use super::{staged_gitlinks, unfinished_commit, RunError, TimeLimit};
+    use super::{staged_gitlinks, unfinished_commit, GitHandler, RunError, TimeLimit};
+    use handler_kit::serde_json::json;
+    use handler_kit::{Host, Outcome, Request};
+    use handler_test_support::LogLines;
+    use std::path::Path;
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    /// `git <args>` in `dir` for set-up, with an identity and no user config.
+    fn git(dir: &Path, args: &[&str]) -> String {
+        let out = std::process::Command::new("git")
+            .args([
+                "-c",
+                "user.name=Setup",
+                "-c",
+                "user.email=setup@example.invalid",
+            ])
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("HOME", dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// A repository with one commit and a change staged into a commit's private index, the
+    /// handler (logging into the lines returned), and the commit request.
+    fn staged() -> (tempfile::TempDir, GitHandler, Arc<LogLines>, Request) {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        git(&repo, &["init", "-q"]);
+        std::fs::write(repo.join("a.txt"), "one\n").unwrap();
+        git(&repo, &["add", "a.txt"]);
+        git(&repo, &["commit", "-q", "-m", "initial"]);
+        std::fs::write(repo.join("a.txt"), "two\n").unwrap();
+        let lines = Arc::new(LogLines::default());
+        let state = tmp.path().join("state");
+        let handler = crate::GitPlugin::build(
+            json!({"author": "T <t@example.invalid>", "stateDir": state.to_str().unwrap()}),
+            Host::from_services(lines.clone()),
+            || None,
+        )
+        .unwrap();
+        let request = Request {
+            invocation_id: "inv-1".into(),
+            episode: "ep".into(),
+            worktree: Some(repo.to_string_lossy().into_owned()),
+            effect: "Git.Commit".into(),
+            scope: "worktree".into(),
+            cost: 1,
+            payload: json!({"op": "commit", "message": "m"}),
+            deadline_ms: 0,
+        };
+        (tmp, handler, lines, request)
+    }
+
+    /// The outcome of `make_commit` for `request`, its change staged first; `at_commit` runs
+    /// on the job just before. Whether a run of the job was stopped, too.
+    fn make_commit(
+        handler: &GitHandler,
+        request: &Request,
+        at_commit: impl FnOnce(&mut super::Job<'_>),
+    ) -> (Outcome, bool) {
+        let mut job = handler.job(request, Instant::now()).unwrap();
+        let (git_dir, common_dir) = handler.repository(&job).unwrap();
+        let repo = handler.private_repo(git_dir, common_dir, false).unwrap();
+        handler.stage(&job, &repo).unwrap();
+        at_commit(&mut job);
+        let outcome = handler.make_commit(&job, &repo).unwrap_err();
+        (outcome, job.stopped_a_run.get())
+    }
+
+    /// `git commit` reached with the deadline already past was refused before it started, but
+    /// said as a run stopped at the deadline: `indeterminate` ("the commit may or may not have
+    /// been made"), an ERROR line and a sweep of lock files, though nothing had run.
+    #[test]
+    fn a_git_commit_never_started_for_the_deadline_is_failed_and_nothing_is_swept() {
+        let (tmp, handler, lines, request) = staged();
+        let repo = tmp.path().join("repo");
+        let head = git(&repo, &["rev-parse", "HEAD"]);
+        let (outcome, stopped) = make_commit(&handler, &request, |job| {
+            job.deadline = Instant::now();
+        });
+        let message = "commit: git commit was not started: the time limit (8000 ms) had run out; nothing was committed";
+        assert_eq!(outcome, Outcome::failed(message));
+        assert_eq!(git(&repo, &["rev-parse", "HEAD"]), head);
+        // No run was stopped: no temporary object is swept, and no lock file either (its
+        // sweep is said in an ERROR line).
+        assert!(!stopped);
+        assert_eq!(lines.lines(), vec![format!("warn: {message}")]);
+    }
+
+    /// A reader thread of git's output the OS refused (a pids limit) panicked after git had
+    /// started: `failed` "handler panicked" though git ran, and git left unwaited, a zombie.
+    /// The readers start before git: the commit is `failed`, and git never ran.
+    #[test]
+    fn a_git_commit_whose_reader_thread_is_refused_is_failed_and_never_started() {
+        let (tmp, handler, lines, request) = staged();
+        let repo = tmp.path().join("repo");
+        let head = git(&repo, &["rev-parse", "HEAD"]);
+        let (outcome, stopped) = make_commit(&handler, &request, |_| {
+            crate::git::refuse_capture_threads(true);
+        });
+        crate::git::refuse_capture_threads(false);
+        let message = "commit: git could not be started (commit): resource temporarily unavailable";
+        assert_eq!(outcome, Outcome::failed(message));
+        assert_eq!(git(&repo, &["rev-parse", "HEAD"]), head);
+        assert!(!stopped);
+        assert_eq!(lines.lines(), vec![format!("warn: {message}")]);
+    }
 
     /// An error waiting for a `git commit` that had started (ECHILD, when another part of the
     /// process reaps children) was `failed`, "nothing was committed", though git had
