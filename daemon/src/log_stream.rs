@@ -12,7 +12,15 @@
 //!
 //! A stream holds no queue of events: each batch (at most [`STREAM_BATCH`] summaries) is read
 //! from the log when the HTTP layer asks for the next event, and the HTTP layer asks only when
-//! the connection can take more. A client that stops reading leaves its stream parked behind a
+//! the connection can take more. A reader that may see few of the entries (an agent replaying a
+//! log made of other episodes') would otherwise read batch after batch with nothing to send,
+//! never handing the HTTP layer anything: one such step could scan a million-entry log (about
+//! 7 s of a core) for a client that reads nothing, or has gone. So one step examines at most
+//! [`QUIET_SCAN`] positions (as many as one `GET /v1/log` page, [`MAX_LOG_SCAN`]); when they
+//! held nothing to send, the stream sends a comment line instead, and reads on only when the
+//! HTTP layer asks again: a client gone, shutdown, the connection's flow control and the send
+//! deadline then stop it as they stop a stream of entries (a comment is a few bytes, so the
+//! kernel's buffers take many before flow control holds it). A client that stops reading leaves its stream parked behind a
 //! full socket holding at most one batch; the entries it has not read stay where they always
 //! are, in the log, and it resumes exactly where it stopped. No event is ever dropped, so no
 //! gap needs marking. Open streams are capped (`[server] log_streams`, 32 by default), and
@@ -53,6 +61,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use broker_core::access::MAX_LOG_SCAN;
 use broker_core::log::{self, LogError};
 use broker_core::object::Ref;
 use broker_core::store::Store;
@@ -77,6 +86,9 @@ pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// credential revoked by `worldd session revoke` (another process, whose commit this daemon's
 /// commit signal does not see) ends its streams within this, and frees their places.
 pub const CREDENTIAL_RECHECK: Duration = Duration::from_secs(5);
+/// Most log positions one step of a stream examines without an event to send; then it sends a
+/// comment line and waits for the HTTP layer to ask again.
+pub const QUIET_SCAN: u64 = MAX_LOG_SCAN;
 
 struct HubInner {
     commits: Arc<watch::Sender<u64>>,
@@ -87,6 +99,8 @@ struct HubInner {
     /// Open streams per agent episode.
     per_episode: Quota<String>,
     produced: AtomicU64,
+    /// Log positions read by all streams.
+    positions_read: AtomicU64,
     metrics: Metrics,
 }
 
@@ -113,6 +127,7 @@ impl LogStreamHub {
                 limit,
                 per_episode: Quota::new(per_episode),
                 produced: AtomicU64::new(0),
+                positions_read: AtomicU64::new(0),
                 metrics,
             }),
         }
@@ -132,6 +147,12 @@ impl LogStreamHub {
     /// `entry` events handed to the HTTP layer so far, over all streams.
     pub fn events_produced(&self) -> u64 {
         self.inner.produced.load(Ordering::Relaxed)
+    }
+
+    /// Log positions read so far, over all streams: entries sent and entries the reader may
+    /// not see alike.
+    pub fn positions_read(&self) -> u64 {
+        self.inner.positions_read.load(Ordering::Relaxed)
     }
 }
 
@@ -216,6 +237,8 @@ struct Follow {
     auth: Option<HeaderMap>,
     reader: Reader,
     next: u64,
+    /// Positions read since the HTTP layer last asked for an event ([`QUIET_SCAN`] at most).
+    quiet: u64,
     pending: VecDeque<Summary>,
     commits: watch::Receiver<u64>,
     closed: watch::Receiver<bool>,
@@ -285,6 +308,8 @@ impl Follow {
 
     /// The next event, reading the log only when the previous batch has been sent.
     async fn step(mut self) -> Option<(Result<Event, Infallible>, Follow)> {
+        // The HTTP layer asked: a new step may read its own share of positions.
+        self.quiet = 0;
         loop {
             if self.ended {
                 return None;
@@ -312,11 +337,15 @@ impl Follow {
             self.commits.borrow_and_update();
             let store = self.state.store().clone();
             let (from, reader) = (self.next, self.reader.clone());
+            // Never past this step's share, so one step reads at most `QUIET_SCAN` positions.
+            let batch = STREAM_BATCH.min(
+                usize::try_from(QUIET_SCAN.saturating_sub(self.quiet)).unwrap_or(STREAM_BATCH),
+            );
             // A stream's body is read outside its request's task: it waits for its snapshot
             // itself, below.
             let read = tokio::task::spawn_blocking(move || {
                 store.read(|r| {
-                    log_summary::page(r, Some(from), STREAM_BATCH, &reader)
+                    log_summary::page(r, Some(from), batch, &reader)
                         .map(|page| (page, r.snapshot()))
                 })
             })
@@ -345,8 +374,21 @@ impl Follow {
                 let e = ApiError::damaged_entry(d.index, &d.cause);
                 return Some((Ok(error_event(e)), self));
             }
+            let read = page.next.saturating_sub(from);
+            self.state
+                .log_stream()
+                .inner
+                .positions_read
+                .fetch_add(read, Ordering::Relaxed);
+            self.quiet += read;
             self.next = page.next;
             self.pending.extend(page.items);
+            if self.pending.is_empty() && self.next <= page.head && self.quiet >= QUIET_SCAN {
+                // Nothing to send after a step's share of positions: hand the HTTP layer a
+                // comment, so the next share is read only when the connection takes it.
+                let comment = format!("read to {}", self.next);
+                return Some((Ok(Event::default().comment(comment)), self));
+            }
             if self.pending.is_empty() && self.next > page.head {
                 // Caught up: wait for a commit, for shutdown, or for the credential to be
                 // looked up again (its expiry, or the next recheck for a revocation).
@@ -360,6 +402,9 @@ impl Follow {
                     _ = self.closed.changed() => {}
                     () = tokio::time::sleep(recheck), if self.auth.is_some() => {}
                 }
+                // What is read next was committed since: paced by commits, not by the log's
+                // length.
+                self.quiet = 0;
             }
         }
     }
@@ -451,6 +496,7 @@ async fn stream(
         auth,
         reader,
         next,
+        quiet: 0,
         pending: VecDeque::new(),
         expires_at: None,
         ended: false,
