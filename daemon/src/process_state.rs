@@ -6,8 +6,10 @@
 //! - descriptors 0, 1 and 2: a `close(2)` (what C "close stdio" helpers do) freed stderr's
 //!   number, the next accepted connection took it, and every log line of every episode went to
 //!   that client's socket. The log is therefore written to a private close-on-exec copy of
-//!   stderr made at start ([`log_destination`]), and a 0, 1 or 2 that is no longer the file it
-//!   was is put back;
+//!   stderr made at start ([`log_destination`]), and a 0, 1 or 2 found closed is put back. One
+//!   found open on another file is left to whoever opened it there (a connection, another
+//!   call's temporary file, a git pipe: a dup2 over it would send that file's bytes into the
+//!   log) and said once;
 //! - SIGCHLD ignored, given SA_NOCLDWAIT or a handler that reaps: the kernel (or the handler)
 //!   reaps every child, and every wait for a git or ailang child fails with ECHILD, each call's
 //!   unit spent;
@@ -84,7 +86,7 @@ impl Action {
 
 /// One check at a time: two calls returning together must not both restore and say one change.
 static CHECKING: Mutex<()> = Mutex::new(());
-/// A socket found on 0–2 and left there, by descriptor: one seen again is not said again.
+/// A file found on 0–2 and left there, by descriptor: one seen again is not said again.
 static LEFT: Mutex<[Option<(libc::dev_t, libc::ino_t)>; 3]> = Mutex::new([None; 3]);
 
 /// What a signal's disposition is, as far as the daemon cares.
@@ -416,45 +418,51 @@ fn restore() -> Vec<String> {
     let _one = CHECKING.lock().unwrap_or_else(PoisonError::into_inner);
     let mut changes = Vec::new();
     for standard in STANDARD.get().map(Vec::as_slice).unwrap_or_default() {
-        let now = id_of(standard.fd);
+        let fd = standard.fd;
+        let mut now = id_of(fd);
         if now == standard.id {
             continue;
         }
-        let name = ["stdin", "stdout", "stderr"][standard.fd as usize];
-        // A socket there is, as a rule, a connection the daemon accepted onto the number
-        // plugin code had just closed: a dup2 over it would cut that client off and write its
-        // answer into the log. It is left (the log has its own copy, and the daemon's children
-        // are given their stderr), and said once.
-        if now.is_some() && is_socket(standard.fd) {
-            let mut left = LEFT.lock().unwrap_or_else(PoisonError::into_inner);
-            let seen = &mut left[standard.fd as usize];
-            if *seen != now {
-                *seen = now;
-                changes.push(format!(
-                    "descriptor {} ({name}) was closed or replaced, and a socket holds its number now (a connection accepted meanwhile, as a rule); it is left as it is, and the log goes to its own copy",
-                    standard.fd
-                ));
+        let name = ["stdin", "stdout", "stderr"][fd as usize];
+        if now.is_none() {
+            match put_back(standard) {
+                Placed::Put => {
+                    LEFT.lock().unwrap_or_else(PoisonError::into_inner)[fd as usize] = None;
+                    changes.push(format!("descriptor {fd} ({name}) was closed"));
+                    continue;
+                }
+                Placed::Failed => {
+                    changes.push(format!(
+                        "descriptor {fd} ({name}) was closed, and could not be put back"
+                    ));
+                    continue;
+                }
+                // Another thread opened a file onto the number since it was seen closed.
+                Placed::Taken => now = id_of(fd),
             }
-            continue;
+            if now.is_none() || now == standard.id {
+                continue;
+            }
         }
-        let what = if now.is_none() {
-            "closed"
-        } else {
-            "pointed at another file"
-        };
-        let put_back = match &standard.copy {
-            // SAFETY: dup2 of a descriptor this module owns onto 0, 1 or 2.
-            Some(copy) => (unsafe { libc::dup2(copy.as_raw_fd(), standard.fd) }) >= 0,
-            None => open_null_at(standard.fd),
-        };
-        changes.push(if put_back {
-            format!("descriptor {} ({name}) was {what}", standard.fd)
-        } else {
-            format!(
-                "descriptor {} ({name}) was {what}, and could not be put back",
-                standard.fd
-            )
-        });
+        // Open on another file: as a rule one the daemon opened onto the number plugin code
+        // had just freed (an accepted connection, another call's temporary file, a git pipe,
+        // a directory handle). A dup2 over it would take it from its owner: a client cut off
+        // and its answer written into the log, a file's content written into the log and the
+        // file left empty. It is left (the log has its own copy, and the daemon's children
+        // are given their stderr), and said once.
+        let mut left = LEFT.lock().unwrap_or_else(PoisonError::into_inner);
+        let seen = &mut left[fd as usize];
+        if *seen != now {
+            *seen = now;
+            let holder = if is_socket(fd) {
+                "a socket holds its number now (a connection accepted meanwhile, as a rule)"
+            } else {
+                "another file holds its number now (one the daemon opened meanwhile, as a rule: another call's file, pipe or directory)"
+            };
+            changes.push(format!(
+                "descriptor {fd} ({name}) was closed or replaced, and {holder}; it is left as it is, and the log goes to its own copy"
+            ));
+        }
     }
     let signals = SIGNALS
         .lock()
@@ -533,6 +541,60 @@ fn is_socket(fd: libc::c_int) -> bool {
     unsafe {
         let mut st: libc::stat = std::mem::zeroed();
         libc::fstat(fd, &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFSOCK
+    }
+}
+
+/// What [`put_back`] did.
+enum Placed {
+    /// The number holds the daemon's copy again.
+    Put,
+    /// Another file took the number before it could be put back: left to its owner.
+    Taken,
+    /// Nothing could be put there.
+    Failed,
+}
+
+/// Put `standard`'s copy (or `/dev/null`, without one) back on its number, only while that
+/// number is free: `F_DUPFD` takes the lowest free number from it up, so a file another thread
+/// opened there meanwhile is never replaced, as a `dup2` would replace it.
+fn put_back(standard: &Standard) -> Placed {
+    let fd = standard.fd;
+    let (from, null) = match &standard.copy {
+        Some(copy) => (copy.as_raw_fd(), None),
+        None => {
+            // SAFETY: open of a constant C string; the descriptor is owned here.
+            let null = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+            if null < 0 {
+                return Placed::Failed;
+            }
+            if null == fd {
+                // Landed on `fd` itself: it must be inherited as 0-2 are.
+                // SAFETY: fcntl on the descriptor just opened.
+                unsafe {
+                    let flags = libc::fcntl(fd, libc::F_GETFD);
+                    libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
+                }
+                return Placed::Put;
+            }
+            (null, Some(null))
+        }
+    };
+    // SAFETY: F_DUPFD of a descriptor this module owns makes a new one (inherited, as 0-2
+    // must be); closing the null just opened, or a copy that missed `fd`, which nothing else
+    // holds.
+    unsafe {
+        let got = libc::fcntl(from, libc::F_DUPFD, fd);
+        if let Some(null) = null {
+            libc::close(null);
+        }
+        if got == fd {
+            Placed::Put
+        } else if got >= 0 {
+            libc::close(got);
+            Placed::Taken
+        } else {
+            Placed::Failed
+        }
     }
 }
 

@@ -559,6 +559,60 @@ fn a_connection_accepted_onto_descriptor_2_while_plugin_code_had_it_closed_is_le
     );
 }
 
+/// After plugin code closed descriptor 2, the next open anywhere in the daemon took that
+/// number: another episode's temporary file, a git pipe, a directory handle. The put-back
+/// step then saw stderr "pointed at another file" and did a dup2 over it: the owner's writes
+/// went into the operator's log and its file stayed empty (a workspace write renamed an empty
+/// temporary over its target, and said ok). A file found on 0-2 is left to its owner and said
+/// once; only a closed number is put back. The fixture holds a file of its own on descriptor
+/// 2, which makes certain what the daemon's next open gets by chance.
+#[test]
+fn a_file_another_call_opened_onto_descriptor_2_is_left_to_it_and_its_writes_never_reach_the_log() {
+    let (d, token) = unruly_daemon(&[]);
+    misbehave(&d, &token, "hold-file-on-stderr");
+    // The held file's writes stay in it (the fixture reads them back), out of the log.
+    misbehave(&d, &token, "write-held-file");
+    // Another episode's writes read back whole, while the file holds the number.
+    let writer = d.session(
+        "ep2",
+        &["Workspace.Write=worktree:20", "Workspace.Read=worktree:20"],
+    );
+    let marker = "EP2-WRITE-MARKER-".repeat(512 * 1024 / 17);
+    for n in 0..3 {
+        let path = format!("w{n}.txt");
+        let wrote = call(
+            &d,
+            &writer,
+            "ailang-write",
+            json!({"path": path, "content": marker}),
+        );
+        assert_eq!(wrote["isError"], false, "{wrote}");
+        assert_eq!(
+            std::fs::read_to_string(d.root().join("ep2").join(&path)).unwrap(),
+            marker
+        );
+    }
+    read_answers(&d, &token, "hello\n");
+    let log = stopped_after_one_put_back(
+        d,
+        "plugin unruly's execute (Unruly.Process)",
+        "descriptor 2 (stderr) was closed or replaced, and another file holds its number now (one the daemon opened meanwhile, as a rule: another call's file, pipe or directory); it is left as it is, and the log goes to its own copy",
+    );
+    assert!(
+        !log.contains("UNRULY-HELD-FILE-MARKER"),
+        "the held file's text went into the log"
+    );
+    assert!(
+        !log.contains("EP2-WRITE-MARKER"),
+        "a written file's text went into the log"
+    );
+    // The log still reached the daemon's stderr after the call.
+    assert!(
+        log.contains("INFO call tool=ailang-read episode=ep1 outcome=ok"),
+        "{log}"
+    );
+}
+
 /// After plugin code closed descriptor 2, the daemon's log went to whatever took that number
 /// next: an idle, unauthenticated connection received every episode's log lines. The log is
 /// written to a private copy of stderr, descriptor 2 is put back, and that is said once,
