@@ -31,20 +31,23 @@ pub(super) const TEXT: &str = "not sent: this task's output was too large to hol
 
 /// The answer carrying the committed `task` (under 1.0's send, `sent`, in `{"task": …}`), with
 /// its withheld form where the reply budget may have to withhold it: an answer of more than
-/// [`UNCOUNTED_BYTES`] (the budget never counts a smaller one, so no stand-in is built for it)
-/// whose output passes [`KEPT_BYTES`], and whose form stays within [`WITHHELD_MOST_BYTES`] (the
-/// task's other members are short, but the request's id, echoed, may be long: past the bound
-/// the answer gets the `503` as before). Only the answer of the send that ran the call has
+/// [`UNCOUNTED_BYTES`] (the budget never counts a smaller one, so no stand-in is built for it),
+/// its output left out when it passes [`KEPT_BYTES`], else the answer as it is (an answer whose
+/// output is short can still be counted, by a long `metadata.effects` or request id: without
+/// a form of its own it got a bare `503` after its call ran), and that form within
+/// [`WITHHELD_MOST_BYTES`] (past the bound the answer gets the `503` as before). Only the answer of the send that ran the call has
 /// one: a read-back (`tasks/get`) or a replay (its task id resent) ran nothing and costs nothing
 /// to ask again, and errors ran nothing.
 pub(super) fn committed(id: &Value, mut task: CommittedTask<'_>, sent: bool) -> Response {
     let mut answer = rpc_result(id, task.result(sent));
     let size = axum::body::HttpBody::size_hint(answer.body()).exact();
     let counted = size.is_some_and(|n| n > UNCOUNTED_BYTES as u64);
-    if !counted || task.output_bytes() <= KEPT_BYTES {
+    if !counted {
         return answer;
     }
-    task.withhold_output(TEXT);
+    if task.output_bytes() > KEPT_BYTES {
+        task.withhold_output(TEXT);
+    }
     match rpc_result_json(id, task.result(sent)) {
         Ok(body) if body.len() > WITHHELD_MOST_BYTES => answer,
         Ok(body) => {
@@ -65,7 +68,7 @@ pub(super) fn committed(id: &Value, mut task: CommittedTask<'_>, sent: bool) -> 
 
 #[cfg(test)]
 mod tests {
-    use broker_core::coordinator::CallOutput;
+    use broker_core::coordinator::{CallOutput, EffectSummary};
     use broker_core::object::Ref;
     use handler_api::EffectClass;
     use serde_json::json;
@@ -126,24 +129,78 @@ mod tests {
         }
     }
 
-    /// An answer the budget never counts, and one whose output is short, carry no withheld
-    /// form: they are sent as ever (or, for the second, replaced by 503 as before).
+    /// An answer the budget never counts carries no withheld form: it is sent as ever.
     #[test]
-    fn small_answers_and_short_outputs_carry_no_withheld_form() {
+    fn small_answers_carry_no_withheld_form() {
         let small = output(15_000);
         let o = outcome::of_output(&small, EffectClass::Read);
         let task = committed_task(Method::MessageSend, "t-1", "ep-1", &small, &o).unwrap();
         assert!(withheld_of(&committed(&json!(1), task, false)).is_none());
-        // Past 16 KiB by its request id alone, its output short: kept whole.
-        let short = output(KEPT_BYTES);
-        let o = outcome::of_output(&short, EffectClass::Read);
-        let task = committed_task(Method::MessageSend, "t-1", "ep-1", &short, &o).unwrap();
-        let id = json!("i".repeat(20_000));
-        assert!(withheld_of(&committed(&id, task, false)).is_none());
         let large = output(KEPT_BYTES + 1_000 + UNCOUNTED_BYTES);
         let o = outcome::of_output(&large, EffectClass::Read);
         let task = committed_task(Method::MessageSend, "t-1", "ep-1", &large, &o).unwrap();
         assert!(withheld_of(&committed(&json!(1), task, false)).is_some());
+    }
+
+    /// An answer past 16 KiB whose output is short (a long request id, a long
+    /// `metadata.effects`) had no withheld form, so it got the bare `503` after its call ran.
+    /// Its form is the answer as it is, output kept, within [`WITHHELD_MOST_BYTES`]; past it,
+    /// none. A read-back or a replay still has none.
+    #[tokio::test]
+    async fn a_counted_answer_with_a_short_output_is_its_own_withheld_form() {
+        let short = output(KEPT_BYTES);
+        let o = outcome::of_output(&short, EffectClass::Read);
+        for method in [Method::TasksSend, Method::MessageSend, Method::SendMessage] {
+            let task = committed_task(method, "t-1", "ep-1", &short, &o).unwrap();
+            let id = json!("i".repeat(20_000));
+            let answer = committed(&id, task, method == Method::SendMessage);
+            let withheld = withheld_of(&answer).unwrap_or_else(|| panic!("{method:?}"));
+            let bytes = axum::body::to_bytes(answer.into_body(), usize::MAX)
+                .await
+                .unwrap();
+            let whole: Value = serde_json::from_slice(&bytes).unwrap();
+            assert_eq!(withheld, whole, "{method:?}");
+            let task = match method {
+                Method::SendMessage => &whole["result"]["task"],
+                _ => &whole["result"],
+            };
+            assert_ne!(
+                task["artifacts"][0]["parts"][0]["text"], TEXT,
+                "{method:?}: its output is kept"
+            );
+        }
+        // Long by its effects, its id short.
+        let mut effects = output(KEPT_BYTES);
+        effects.effects = (0..200)
+            .map(|i| EffectSummary {
+                id: format!("effect-{i:03}-{}", "e".repeat(80)),
+                effect: "Workspace.Read".into(),
+                status: "ok".into(),
+                record: Ref::of(format!("record-{i}").as_bytes()),
+                budget_after: 1,
+                denial: None,
+            })
+            .collect();
+        let o = outcome::of_output(&effects, EffectClass::Read);
+        let task = committed_task(Method::MessageSend, "t-1", "ep-1", &effects, &o).unwrap();
+        let answer = committed(&json!(1), task, false);
+        let size = axum::body::HttpBody::size_hint(answer.body())
+            .exact()
+            .unwrap();
+        assert!(size > UNCOUNTED_BYTES as u64, "{size}");
+        let form = answer
+            .extensions()
+            .get::<Withheld>()
+            .expect("its own form")
+            .clone();
+        let bytes = axum::body::to_bytes(answer.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        assert_eq!(form.body, bytes);
+        // Past the bound: none.
+        let task = committed_task(Method::MessageSend, "t-1", "ep-1", &short, &o).unwrap();
+        let id = json!("i".repeat(WITHHELD_MOST_BYTES));
+        assert!(withheld_of(&committed(&id, task, false)).is_none());
     }
 
     /// A withheld task had no bound: the request's id is echoed in it, so an id of any length
