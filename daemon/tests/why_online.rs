@@ -1296,3 +1296,85 @@ fn an_agent_storing_another_calls_plan_first_as_its_own_input_does_not_break_tha
         "{out}"
     );
 }
+
+/// The record of `index` in the stopped store at `db`: its ref, read from `why --json`.
+fn link_of(db: &Path, index: u64, kind: &str) -> String {
+    let (code, out, err) = worldd(
+        &["why", "--db", path_str(db), &index.to_string(), "--json"],
+        None,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let report: Value = serde_json::from_str(&out).unwrap();
+    report["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} link: {out}"))["ref"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// The record of entry 1 removed from the store (damage). An operator reads every object, so
+/// the daemon answering it as absent can only mean it is missing: online `why` reports the
+/// broken link as offline does (exit 3) by every handle that finds the entry, not "not found"
+/// (exit 1) as for a call of another episode. So does an agent asking after its own call by
+/// its invocation id; by the entry's index, the record reads to it as another episode's would,
+/// and it is told the entry is not found.
+#[test]
+fn online_why_of_an_entry_whose_record_is_missing_reports_the_damage_as_offline() {
+    let (kept, db) = common::why::reads_then_stopped(2);
+    let record = link_of(&db, 1, "record");
+    let record_bytes = hex::decode(record.trim_start_matches("sha256:")).unwrap();
+    common::why::tamper(&db, "object_rows", |w, table| {
+        let key = table
+            .iter(w)
+            .unwrap()
+            .map(Result::unwrap)
+            .find(|(_, row)| row.starts_with(&record_bytes))
+            .map(|(key, _)| key.to_vec())
+            .expect("the record's row");
+        assert!(table.delete(w, &key).unwrap());
+    });
+    std::fs::remove_dir_all(kept.path().join("plugins")).unwrap();
+    let d = Daemon::start_in(kept, WS, &[]);
+    let ops_token = d.operator_session("ops", &[]);
+    let ops = session_file(d.dir.path(), "ops.session", &ops_token);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let mine = session_file(d.dir.path(), "ep1.session", &token);
+    // The daemon answers the removed record as absent, to the operator too.
+    assert_eq!(
+        get(&d.url(&format!("/v1/objects/{record}")), Some(&ops_token)).status,
+        404
+    );
+
+    let broken = format!("  ✗ record  {}…", &record[..15]);
+    for handle in ["1", "a2a:ep1:r1", record.as_str()] {
+        let (code, out) = assert_agree(&d, &ops, &[handle], None);
+        assert_eq!(code, 3, "{handle}: {out}");
+        assert!(
+            out.starts_with("why: entry 1 (matched by "),
+            "{handle}: {out}"
+        );
+        assert!(out.contains(&broken), "{handle}: {out}");
+    }
+    // The agent's own call, named by its invocation id: damage, as offline.
+    let (code, out) = assert_agree(&d, &mine, &["a2a:ep1:r1"], None);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains(&broken), "{out}");
+    // By its index: not this session's to read, as another episode's call.
+    let (code, out, err) = online(&d.addr, &mine, &["1"], None);
+    assert_eq!(
+        (code, out.as_str(), err),
+        (
+            1,
+            "",
+            format!(
+                "worldd: why: entry 1 not found: the daemon at http://{} answers its record {}… as absent to this session (another episode's calls read as absent; an operator credential reads every episode)\n",
+                d.addr,
+                &record[..15]
+            )
+        )
+    );
+}

@@ -338,9 +338,11 @@ fn online(
         },
         _ => failure(e, handle, scan, last_entry(&remote)),
     })?;
-    // An entry whose record the daemon answers as absent is not this session's to read
-    // (another episode's call reads exactly like a missing one): not found, not broken.
-    let hidden: Vec<(u64, String)> = why
+    // An entry whose record the daemon answers as absent is, to an agent, not this session's
+    // to read (another episode's call reads exactly like a missing one): not found, not
+    // broken. To an operator, who reads every object, absent means missing: damage, reported
+    // as offline `why` reports it. Nor is the session's own call hidden from it.
+    let withheld: Vec<(u64, String)> = why
         .reports
         .iter()
         .filter_map(|r| {
@@ -351,6 +353,13 @@ fn online(
                 .then(|| (r.entry_index, reference.short(8)))
         })
         .collect();
+    // Such an entry is only ever the handle's one match: a handle that matches several (an
+    // input, plan or output ref) is found in records, and this one's record was not read.
+    let hidden = if !withheld.is_empty() && hides_absent_records(client, handle) {
+        withheld
+    } else {
+        Vec::new()
+    };
     why.reports
         .retain(|r| !hidden.iter().any(|(i, _)| *i == r.entry_index));
     if let (true, Some((index, record))) = (why.reports.is_empty(), hidden.first()) {
@@ -364,6 +373,24 @@ fn online(
         _ => None,
     };
     Ok((why, malformed))
+}
+
+/// Whether an entry whose record the daemon answers as absent is left out as not this
+/// session's: for an agent's session (or none, under `--open-reads`), unless `handle` is one of
+/// its own invocation ids. Never for an operator's, which reads every object. A daemon that
+/// does not say whose the session is (`GET /v1/budget`) is read as an agent's: hiding is what
+/// `why` did before it asked.
+fn hides_absent_records(client: &ClientArgs, handle: &Handle) -> bool {
+    let Ok((own, operator)) = super::reconcile::own_episode(client) else {
+        return true;
+    };
+    let own_call = match handle {
+        Handle::Invocation(id) => {
+            broker_core::task::split_invocation_id(id).is_some_and(|(_, episode, _)| episode == own)
+        }
+        _ => false,
+    };
+    !operator && !own_call
 }
 
 /// The session's own episode, when it is an agent's and invocation `id` names another: its
