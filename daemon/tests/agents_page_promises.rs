@@ -361,3 +361,28 @@ fn the_served_ailang_tools_are_tagged_unknown_and_the_agents_page_gives_the_whol
     );
     says(&page, "or one no loaded plugin serves, is `unknown`");
 }
+
+/// The batch row of the limits table, from the limits in force by default: the page said
+/// replies went up to 16 MiB, where `[limits] reply_bytes` is 8 MiB and is held to an eighth of
+/// `[server] reply_budget_bytes`.
+#[test]
+fn the_agents_page_gives_the_batch_limits_in_force() {
+    let limits = worldd::limits::Limits::default();
+    let server = worldd::edge::ServerConfig::default();
+    let reply_bytes = limits
+        .reply_bytes
+        .min(worldd::limits::most_reply_bytes(&server));
+    assert_eq!(reply_bytes % (1024 * 1024), 0, "{reply_bytes}");
+    let page = page();
+    says(
+        &page,
+        &format!(
+            "| a JSON-RPC batch | {} messages; once the replies reach {} MiB (the operator's \
+             `[limits] reply_bytes`, at most an eighth of `[server] reply_budget_bytes`), no \
+             further item runs and each left is answered \"not run\" |",
+            limits.batch_items,
+            reply_bytes / (1024 * 1024)
+        ),
+    );
+    does_not_say(&page, "replies up to 16 MiB");
+}
