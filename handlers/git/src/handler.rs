@@ -622,6 +622,9 @@ impl GitHandler {
             // (safe.bareRepository): no repository of the operator's.
             if said.contains("not a git repository") || said.contains("cannot use bare repository")
             {
+                if let Some(refusal) = self.unreachable_git_dir(job) {
+                    return Err(refusal);
+                }
                 return Err(self.refuse(
                     "commit: the worktree is not a git repository (the operator must make it one, e.g. with git init or git worktree add)",
                 ));
@@ -660,6 +663,41 @@ impl GitHandler {
             ));
         }
         Ok((git_dir, common_dir))
+    }
+
+    /// The refusal for a linked worktree whose `.git` file names a git directory this process
+    /// cannot reach, where git only says "not a git repository": the operator did make one
+    /// (`git worktree add`, `worldd session new --repo`), but the daemon runs where that
+    /// repository is out of sight (a service unit's `ProtectHome`, `PrivateTmp`, a mount
+    /// namespace) or it was moved. The agent is told why without the host path; the operator's
+    /// log gets the path.
+    fn unreachable_git_dir(&self, job: &Job<'_>) -> Option<Outcome> {
+        use std::io::Read;
+        let mut file = job.root.open(".git").ok()?;
+        if !file.metadata().ok()?.is_file() {
+            return None;
+        }
+        // A gitfile is one short line; anything longer is not one.
+        let mut text = String::new();
+        file.by_ref().take(4096).read_to_string(&mut text).ok()?;
+        let named = Path::new(text.strip_prefix("gitdir:")?.trim());
+        if !named.is_absolute() {
+            return None;
+        }
+        let err = std::fs::metadata(named).err()?;
+        self.host.log(
+            LogLevel::Warn,
+            &format!(
+                "git: the worktree {} has a .git file naming {}, which this daemon cannot reach ({}): a service unit's ProtectHome= or PrivateTmp= hides /home and /tmp, and a repository the daemon commits to must be where it can read and write (its ReadWritePaths)",
+                job.worktree.display(),
+                named.display(),
+                errno_text(&err)
+            ),
+        );
+        Some(self.refuse(format!(
+            "commit: the worktree's .git names a git directory this daemon cannot reach ({}); nothing was committed (the operator must keep the repository where the daemon can read and write it)",
+            errno_text(&err)
+        )))
     }
 
     /// 2. No other repository on the way to or below what is committed (before git runs, so

@@ -335,6 +335,62 @@ fn a_worktree_that_is_not_a_repository_is_refused() {
     assert_eq!(f.status(), "?? sub/\n");
 }
 
+/// A linked worktree (`git worktree add`, as `worldd session new --repo` makes) whose
+/// repository the daemon cannot see, as under a service unit's `ProtectHome=`: git says only
+/// "not a git repository", and the agent was told the operator must make one, which the
+/// operator had done. The refusal says what is wrong; the operator's log names the path.
+#[test]
+fn a_linked_worktree_whose_repository_the_daemon_cannot_reach_is_refused_as_such() {
+    struct Log(std::sync::Mutex<Vec<String>>);
+    impl handler_kit::HostServices for Log {
+        fn log(&self, _level: handler_kit::LogLevel, message: &str) {
+            self.0.lock().unwrap().push(message.to_owned());
+        }
+    }
+    let f = Fixture::new();
+    let linked = f.tmp.path().join("linked");
+    git(
+        &f.repo(),
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "--detach",
+            linked.to_str().unwrap(),
+        ],
+    );
+    fs::write(linked.join("a.txt"), "a\n").unwrap();
+    // The repository out of the daemon's sight.
+    let hidden = f.tmp.path().join("hidden");
+    fs::rename(f.repo(), &hidden).unwrap();
+    let log = std::sync::Arc::new(Log(Default::default()));
+    let state = f.tmp.path().join("state");
+    let handler = GitPlugin::new(
+        json!({"author": AUTHOR, "stateDir": state.to_str().unwrap()}),
+        Host::from_services(log.clone()),
+    )
+    .unwrap();
+    let out = ok_output(handler.execute(request(&linked, json!({"op": "commit", "message": "m"}))));
+    assert_eq!(
+        refused(&out),
+        "commit: the worktree's .git names a git directory this daemon cannot reach (no such file or directory); nothing was committed (the operator must keep the repository where the daemon can read and write it)"
+    );
+    let gone = f.repo().join(".git/worktrees/linked");
+    let logged = log.0.lock().unwrap().clone();
+    assert_eq!(
+        logged,
+        [format!(
+            "git: the worktree {} has a .git file naming {}, which this daemon cannot reach (no such file or directory): a service unit's ProtectHome= or PrivateTmp= hides /home and /tmp, and a repository the daemon commits to must be where it can read and write (its ReadWritePaths)",
+            linked.display(),
+            gone.display()
+        )]
+    );
+    // Back in sight, the same worktree commits.
+    fs::rename(&hidden, f.repo()).unwrap();
+    let out = ok_output(handler.execute(request(&linked, json!({"op": "commit", "message": "m"}))));
+    assert_eq!(files(&out), ["a.txt"]);
+}
+
 #[test]
 fn message_and_paths_are_checked_by_the_handler_too() {
     let f = Fixture::new();
