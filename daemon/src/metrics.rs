@@ -185,6 +185,38 @@ struct Inner {
     credentials_refused: Mutex<BTreeMap<&'static str, u64>>,
     /// When each reason's refusal was last logged.
     refusal_lines: Throttle,
+    /// When each episode's calls of each kind that stored nothing were last logged.
+    free_lines: FreeLines,
+}
+
+/// The lines of calls that ran nothing and stored nothing, throttled by episode and kind
+/// ([`free_kind`]).
+struct FreeLines(Throttle<(String, &'static str)>);
+
+impl Default for FreeLines {
+    fn default() -> FreeLines {
+        FreeLines(Throttle::per(
+            crate::log_throttle::LOG_EVERY,
+            crate::log_throttle::MAX_KEYS,
+        ))
+    }
+}
+
+/// The kind of a call's result that ran nothing, stored nothing and spent nothing, so its
+/// agent can cause it as fast as it can send: a tool under rule R8, no world, a reused key
+/// (other arguments, or its call still running), a key whose first call is pending or was
+/// withdrawn, a replay of a committed call. `None` for every other result.
+pub fn free_kind(result: &Result<CallOutput, CallError>) -> Option<&'static str> {
+    match result {
+        Ok(out) if out.replayed => Some("replayed"),
+        Ok(_) => None,
+        Err(CallError::NoHandler | CallError::NoWorktree(_)) => Some("no_handler"),
+        Err(CallError::NoWorld) => Some("no_world"),
+        Err(CallError::TaskIdReused) => Some("key_reused"),
+        Err(CallError::NotCommitted) => Some("key_pending"),
+        Err(CallError::Withdrawn) => Some("key_withdrawn"),
+        Err(_) => None,
+    }
 }
 
 /// The `reason` label of a request refused for its credential.
@@ -240,9 +272,10 @@ pub fn outcome_label(result: &Result<CallOutput, CallError>) -> &'static str {
 
 impl Metrics {
     /// Count one finished call and log it: one info line per call, so an operator sees the
-    /// daemon working at the default level (`call tool=… episode=… outcome=… ms=…`); calls
-    /// turned away by the refusal rate at most once per [`crate::log_throttle::LOG_EVERY`],
-    /// with how many went unlogged since.
+    /// daemon working at the default level (`call tool=… episode=… outcome=… ms=…`). Calls
+    /// turned away by the refusal rate are logged at most once per
+    /// [`crate::log_throttle::LOG_EVERY`], and calls that stored nothing ([`free_kind`]) at
+    /// most once per interval for each episode and kind, with how many went unlogged since.
     pub fn observe_call(
         &self,
         tool: &str,
@@ -252,26 +285,34 @@ impl Metrics {
     ) {
         let label = outcome_label(result);
         let ms = elapsed.as_millis() as u64;
-        match result {
-            // Turned away before anything was stored or spent: the caller pays nothing, so it
-            // can cause these as fast as it can send, like a bad credential's refusals.
-            Err(e @ CallError::RefusalRate) => match self.inner.refusal_lines.due("refusal_rate") {
-                Some(0) => tracing::info!(%tool, %episode, outcome = %label, ms, "call: {e}"),
-                Some(unlogged) => {
-                    tracing::info!(%tool, %episode, outcome = %label, ms, unlogged, "call: {e}")
-                }
-                None => {}
-            },
+        // Turned away before anything was stored or spent: the caller pays nothing, so it can
+        // cause these as fast as it can send, like a bad credential's refusals.
+        let due = match (result, free_kind(result)) {
+            (Err(CallError::RefusalRate), _) => self.inner.refusal_lines.due("refusal_rate"),
+            (_, Some(kind)) => self.free_line_due(episode, kind),
+            _ => Some(0),
+        };
+        match (result, due) {
+            (_, None) => {}
+            (Err(e), Some(unlogged)) if unlogged > 0 => {
+                tracing::info!(%tool, %episode, outcome = %label, ms, unlogged, "call: {e}")
+            }
+            (Ok(_), Some(unlogged)) if unlogged > 0 => {
+                tracing::info!(%tool, %episode, outcome = %label, ms, unlogged, "call")
+            }
             // The agent's words ("the world store is full") would send the operator to free
             // disk space; the log says what the daemon found.
-            Err(CallError::StoreFull(
-                full @ (broker_core::capacity::Full::Replaced
-                | broker_core::capacity::Full::RolledBack),
-            )) => {
+            (
+                Err(CallError::StoreFull(
+                    full @ (broker_core::capacity::Full::Replaced
+                    | broker_core::capacity::Full::RolledBack),
+                )),
+                _,
+            ) => {
                 tracing::info!(%tool, %episode, outcome = %label, ms, "call: {full}")
             }
-            Err(e) => tracing::info!(%tool, %episode, outcome = %label, ms, "call: {e}"),
-            Ok(_) => tracing::info!(%tool, %episode, outcome = %label, ms, "call"),
+            (Err(e), _) => tracing::info!(%tool, %episode, outcome = %label, ms, "call: {e}"),
+            (Ok(_), _) => tracing::info!(%tool, %episode, outcome = %label, ms, "call"),
         }
         if let Ok(mut calls) = self.inner.calls.lock() {
             match calls.get_mut(tool) {
@@ -321,6 +362,13 @@ impl Metrics {
     /// since the last.
     pub fn log_due(&self, kind: &'static str) -> Option<u64> {
         self.inner.refusal_lines.due(kind)
+    }
+
+    /// Whether a line of `kind` about a call of `episode` that stored nothing ([`free_kind`])
+    /// is due now, with how many of them went unlogged since the last: at most one per
+    /// episode and kind every [`crate::log_throttle::LOG_EVERY`].
+    pub fn free_line_due(&self, episode: &str, kind: &'static str) -> Option<u64> {
+        self.inner.free_lines.0.due((episode.to_owned(), kind))
     }
 
     /// One `POST /v1/commit` answer: `accepted`, or why it was refused.

@@ -143,7 +143,14 @@ pub(super) async fn tools_call(
                 }
             }
             let root = ctx.state.coordinator().workspace_root();
-            Err(host_failure(episode, tool, id, root, failure))
+            Err(host_failure(
+                ctx.state.metrics(),
+                episode,
+                tool,
+                id,
+                root,
+                failure,
+            ))
         }
     }
 }
@@ -195,6 +202,7 @@ async fn tool_named(
 /// the operator's log gets the cause, including the effect record refs of an
 /// EffectsUnrecorded failure.
 fn host_failure(
+    metrics: &crate::metrics::Metrics,
     episode: &str,
     tool: &str,
     id: &Value,
@@ -262,10 +270,19 @@ fn host_failure(
         | HostFailure::StoreFull => {
             tracing::debug!(%episode, %tool, rpc_id = %id, "mcp tools/call: {}: {cause}", host.message())
         }
-        // A tool no loaded plugin can run is the deployment's choice, not a fault.
-        HostFailure::Unavailable => {
-            tracing::warn!(%episode, %tool, rpc_id = %id, "mcp tools/call: {}: {cause}", host.message())
-        }
+        // A tool no loaded plugin can run is the deployment's choice, not a fault, and the
+        // call stored nothing: an agent can send thousands a second. The line says what the
+        // operator can do (which worktree was looked for), at most once per episode every
+        // 10 s with how many went unlogged since; the metrics count each (`no_handler`).
+        HostFailure::Unavailable => match metrics.free_line_due(episode, "mcp_unavailable") {
+            Some(0) => {
+                tracing::warn!(%episode, %tool, rpc_id = %id, "mcp tools/call: {}: {cause}", host.message())
+            }
+            Some(unlogged) => {
+                tracing::warn!(%episode, %tool, rpc_id = %id, unlogged, "mcp tools/call: {}: {cause}", host.message())
+            }
+            None => {}
+        },
         HostFailure::TimedOut | HostFailure::TooLate => {
             tracing::warn!(%episode, %tool, rpc_id = %id, "mcp tools/call: {}: {cause}", host.message())
         }
@@ -353,7 +370,24 @@ async fn keyed_error(
     if let Some(r) = records {
         data.insert("records".into(), r);
     }
-    tracing::warn!(%episode, %tool, rpc_id = %id, "mcp tools/call with key {key}: {error}");
+    // A reused key, or one whose first call is pending or was withdrawn, stored nothing and
+    // cost nothing: logged at most once per episode and kind every 10 s, with how many went
+    // unlogged since. An effect that ran and was not committed is logged every time.
+    let free = match error {
+        CallError::TaskIdReused => Some("mcp_key_reused"),
+        CallError::NotCommitted => Some("mcp_key_pending"),
+        CallError::Withdrawn => Some("mcp_key_withdrawn"),
+        _ => None,
+    };
+    match free.map(|kind| ctx.state.metrics().free_line_due(episode, kind)) {
+        None | Some(Some(0)) => {
+            tracing::warn!(%episode, %tool, rpc_id = %id, "mcp tools/call with key {key}: {error}")
+        }
+        Some(Some(unlogged)) => {
+            tracing::warn!(%episode, %tool, rpc_id = %id, unlogged, "mcp tools/call with key {key}: {error}")
+        }
+        Some(None) => {}
+    }
     Some(Reply::error_with_data(
         id,
         code,
