@@ -2,7 +2,7 @@
 //!
 //! | layer | what it bounds | where |
 //! |---|---|---|
-//! | connection limit | at most [`ServerConfig::max_connections`] open; at the limit a new connection closes an idle one (no request in flight), and when none is idle it is accepted and closed at once; a listen backlog of [`listener::LISTEN_BACKLOG`] queues bursts; the places to wait for room go by what a new connection has sent, and some are kept for heads with a known credential | [`listener`], [`connections`], [`arrived`] |
+//! | connection limit | at most [`ServerConfig::max_connections`] open; at the limit a new connection closes an idle one (no request in flight), and when none is idle it is accepted and closed at once; a listen backlog of [`listener::LISTEN_BACKLOG`] queues bursts; the places to wait for room go by what a new connection has sent, and some are kept for heads with a known credential; one credential has at most a quarter of `max_connections` requests in flight (past it 503 at once, its connection closable meanwhile) | [`listener`], [`connections`], [`arrived`] |
 //! | file descriptors | the soft `RLIMIT_NOFILE` is raised to the hard limit at start, and the connection limit kept below it | [`listener`] |
 //! | request head | hyper's header-read timeout: a complete request head within [`ServerConfig::header_timeout`] of the connection being accepted or finishing its previous response (so it is also the idle keep-alive timeout); heads over [`ServerConfig::max_head_bytes`] are answered 431 | [`listener`] |
 //! | Host and Origin | loopback names and the operator's lists only (the Host header, and a request target's authority in absolute form), on every route, before anything else (403) | [`host`] |
@@ -11,9 +11,9 @@
 //! | singleton fields | `Authorization`, `Content-Type`, `MCP-Protocol-Version`, `A2A-Version`, `Last-Event-ID` and the routing headers are read once or refused, never first-of-two | [`fields`] |
 //! | unread bodies | an answer sent before its request body was read waits (at most 2 s) for a remainder of at most 64 KiB, so the client reads it instead of a reset connection | [`linger`] |
 //! | request body | no coding but `chunked` framing (415 for a `Content-Encoding`, 501 for another `Transfer-Encoding`), a per-route size limit, at most [`ServerConfig::body_small_pieces`] pieces of under 512 bytes, a whole-body deadline ([`ServerConfig::body_timeout`]) and one byte budget for all bodies in flight and what their parses built ([`ServerConfig::body_budget_bytes`]), of which one credential holds at most a quarter | [`body`] |
-//! | reads per client | one credential's REST reads run [`ServerConfig::reads_per_client`] at a time (1); the rest wait in arrival order, at most [`ServerConfig::read_wait`], then 503 | [`turns`] |
+//! | reads per client | one credential's REST reads run [`ServerConfig::reads_per_client`] at a time (1); the rest wait in arrival order, at most [`ServerConfig::read_wait`], then 503; at most a quarter of `max_connections` running or waiting, past it 503 at once | [`turns`] |
 //! | answers in flight | answers of known size over 16 KiB share one budget of bytes until they are handed to the kernel ([`ServerConfig::reply_budget_bytes`]); past it an answer is replaced by 503 | [`reply`] |
-//! | answers | a fixed kernel send buffer per connection ([`ServerConfig::send_buffer_bytes`]), and a client that keeps the daemon waiting must take 64 KiB (or the rest) in every [`ServerConfig::send_timeout`] of waiting, or its connection is reset | [`send`] |
+//! | answers | a fixed kernel send buffer per connection ([`ServerConfig::send_buffer_bytes`]), and a client that keeps the daemon waiting must take 64 KiB (or the rest) in every [`ServerConfig::send_timeout`] of waiting, or its connection is reset; once the daemon drains, one `send_timeout` of waiting in all for the rest of its answer | [`send`] |
 //!
 //! Limits of calls (admission, handler deadlines, batch sizes) are in [`crate::limits`].
 
