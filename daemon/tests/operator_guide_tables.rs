@@ -67,6 +67,11 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
         made.display().to_string()
     };
     std::fs::write(d.join("unknown-key.toml"), "[serve]\nbindd = \"x\"\n").unwrap();
+    std::fs::write(
+        d.join("big-commit.toml"),
+        "[limits]\ncommit_body_bytes = 8388609\n",
+    )
+    .unwrap();
     std::fs::write(d.join("a-file"), "").unwrap();
     let world_writable = plugins("p-0666", &["worldd_workspace"]);
     let lib_0666 = format!("{world_writable}/libworldd_workspace.so");
@@ -137,7 +142,8 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
         Provoked {
             span: "… at config: [limits] commit_body_bytes N is out of range (1 to 8388608)",
             names: vec![(" N ", " 8388609 ".into())],
-            args: s(&["--commit-body-bytes", "8388609"]),
+            // From the file: the flag's value is named as the flag (`--commit-body-bytes N …`).
+            args: s(&["--config", &at("big-commit.toml")]),
         },
         Provoked {
             span: "… at config: the store reserve (R bytes) must be smaller than its ceiling (C bytes)",

@@ -223,7 +223,7 @@ fn server_limits_past_a_semaphores_bound_are_a_config_failure_not_a_panic() {
         assert!(!r.stderr.contains("panicked"), "{key}: {}", r.stderr);
         assert!(!dir.path().join(".world").exists(), "{key}");
     }
-    // The flag too.
+    // The flag too, named as the flag.
     let dir = tempfile::tempdir().unwrap();
     let r = refused_start(
         &[
@@ -237,7 +237,7 @@ fn server_limits_past_a_semaphores_bound_are_a_config_failure_not_a_panic() {
     assert_eq!(r.code, Some(2), "{}", r.stderr);
     assert_eq!(
         r.line,
-        "worldd: daemon startup failed at config: [server] max_connections is too large (at most 2305843009213693951)"
+        "worldd: daemon startup failed at config: --max-connections is too large (at most 2305843009213693951)"
     );
 }
 
@@ -711,8 +711,9 @@ fn a_relative_plugin_dir_that_cannot_be_read_says_where_it_was_looked_for() {
     assert_eq!(
         r.line,
         format!(
-            "worldd: daemon startup failed at plugins: plugin plugins: cannot read the plugin directory: No such file or directory (os error 2) (looked for at {}/plugins: a relative plugin directory is taken from the directory worldd starts in)",
-            at.display()
+            "worldd: daemon startup failed at plugins: plugin plugins: cannot read the plugin directory: No such file or directory (os error 2) (looked for at {}/plugins: a relative plugin directory is taken from the directory worldd starts in); [serve] plugin_dir names no directory: give the directory that holds the plugin libraries (libworldd_*.so), or leave it out to load those beside the worldd executable ({})",
+            at.display(),
+            std::path::Path::new(WORLDD).parent().unwrap().display()
         )
     );
 }

@@ -28,11 +28,11 @@ pub struct BackupArgs {
 }
 
 pub fn run(a: BackupArgs) -> CliResult {
-    let db = &a.db.db;
-    let root = a
-        .workspace_root
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(super::session::DEFAULT_WORKSPACE_ROOT));
+    let super::StorePaths {
+        db,
+        workspace_root: root,
+    } = a.db.paths(a.workspace_root.as_deref())?;
+    let db = &db;
     backup::refuse_inside_workspace(&a.dest, &root)
         .map_err(|e| Failure::usage(format!("backup: {e}")))?;
     let store = open_to_read(db)?;

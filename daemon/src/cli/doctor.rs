@@ -22,13 +22,14 @@ pub struct DoctorArgs {
 }
 
 pub fn run(a: DoctorArgs) -> CliResult {
-    let store = open_to_read(&a.db.db)?;
-    if let Some(warning) = crate::backup::unverified_warning(&a.db.db) {
+    let db = a.db.db()?;
+    let store = open_to_read(&db)?;
+    if let Some(warning) = crate::backup::unverified_warning(&db) {
         errln!("worldd doctor: warning: {warning}");
     }
     // Asked once the store is open: a daemon that stopped meanwhile left its calls in flight
     // indeterminate, and then they are said as such.
-    let served = daemon_serves(&a.db.db);
+    let served = daemon_serves(&db);
     let started = std::time::Instant::now();
     let audit = verify::audit_store(&store).map_err(audit_failed)?;
     let secs = started.elapsed().as_secs_f64();
@@ -65,7 +66,7 @@ pub fn run(a: DoctorArgs) -> CliResult {
             })
         );
     } else {
-        outln!("doctor: {}", a.db.db.display());
+        outln!("doctor: {}", db.display());
         outln!(
             "  {} {} entr(ies) checked, {} broken ({:.0} entries/s)",
             mark(audit.broken.is_empty()),

@@ -193,12 +193,52 @@ pub enum Command {
 /// Where the store-side verbs look for the store unless `--db` says otherwise.
 pub const DEFAULT_DB: &str = ".world/db";
 
-/// `--db DIR` shared by store-side verbs.
+/// `--db DIR` and `--config FILE`, shared by the store-side verbs.
 #[derive(Args, Debug, Clone)]
 pub struct DbArg {
-    /// The store directory.
-    #[arg(long, default_value = DEFAULT_DB)]
+    /// The store directory (default: `[serve] db` of --config, else .world/db).
+    #[arg(long)]
+    db: Option<PathBuf>,
+    /// The daemon's config file: its `[serve] db` and `workspace_root` are used where --db and
+    /// --workspace-root are not given, as `worldd serve --config FILE` uses them.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
+/// The store a store-side verb works on, and the workspace root of the daemon serving it.
+#[derive(Debug)]
+pub struct StorePaths {
     pub db: PathBuf,
+    pub workspace_root: PathBuf,
+}
+
+impl DbArg {
+    /// The store: `--db`, else `[serve] db` of `--config`, else [`DEFAULT_DB`].
+    pub fn db(&self) -> Result<PathBuf, Failure> {
+        Ok(self.paths(None)?.db)
+    }
+
+    /// The store and workspace root, each from its flag (`workspace_root` is the verb's
+    /// `--workspace-root`), else `--config`'s `[serve]` key, else its default: as `serve`
+    /// resolves them, relative paths against the working directory, so that a verb given the
+    /// daemon's config file finds the daemon's store and worktrees.
+    pub fn paths(&self, workspace_root: Option<&std::path::Path>) -> Result<StorePaths, Failure> {
+        let (file_db, file_root) = match &self.config {
+            Some(config) => serve::config_store_paths(config).map_err(Failure::usage)?,
+            None => (None, None),
+        };
+        Ok(StorePaths {
+            db: self
+                .db
+                .clone()
+                .or(file_db)
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_DB)),
+            workspace_root: workspace_root
+                .map(std::path::Path::to_path_buf)
+                .or(file_root)
+                .unwrap_or_else(|| PathBuf::from(session::DEFAULT_WORKSPACE_ROOT)),
+        })
+    }
 }
 
 /// The command line, with a leading `-` followed by a digit read as a value wherever a flag
@@ -228,7 +268,10 @@ pub fn main() -> i32 {
         .map_err(|e| e.format(&mut cmd));
     let cli = match parsed {
         Ok(c) => c,
-        Err(e) => return clap_said(&e),
+        Err(mut e) => {
+            port_tip(&mut e, std::env::args_os().nth(1).as_deref());
+            return clap_said(&e);
+        }
     };
     // The daemon logs at info; one-shot verbs only say what went wrong.
     init_tracing(matches!(
@@ -248,6 +291,36 @@ pub fn main() -> i32 {
         Some(verb) => crash_guard::guarded(verb, move || run(cli.command)),
         None => run(cli.command),
     }
+}
+
+/// `serve --port N` (or `quickstart`'s) is what a newcomer tries first; clap said only that
+/// `--port` is unexpected. Its refusal gets a tip naming the flag that sets the port.
+fn port_tip(e: &mut clap::Error, verb: Option<&std::ffi::OsStr>) {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::UnknownArgument
+        || !verb.is_some_and(|v| v == "serve" || v == "quickstart")
+    {
+        return;
+    }
+    let port = matches!(
+        e.get(ContextKind::InvalidArg),
+        Some(ContextValue::String(arg)) if arg == "--port" || arg.starts_with("--port=")
+    );
+    if !port {
+        return;
+    }
+    let tip = clap::builder::StyledStr::from(format!(
+        "the port is part of the address: --bind 127.0.0.1:PORT (default {})",
+        serve::DEFAULT_BIND
+    ));
+    let tips = match e.remove(ContextKind::Suggested) {
+        Some(ContextValue::StyledStrs(mut tips)) => {
+            tips.push(tip);
+            tips
+        }
+        _ => vec![tip],
+    };
+    e.insert(ContextKind::Suggested, ContextValue::StyledStrs(tips));
 }
 
 /// What clap made of the command line, said, and the exit code: a usage error on stderr

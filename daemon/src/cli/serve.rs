@@ -228,6 +228,24 @@ fn read_config(path: &Option<PathBuf>) -> Result<ConfigFile, String> {
     Ok(file)
 }
 
+/// `[serve] db` and `workspace_root` of the config file at `path`, for the store-side verbs'
+/// `--config`: read by the loader `serve` reads it with (every table checked), and a path no
+/// shell expanded refused as `serve` refuses it.
+pub(super) fn config_store_paths(
+    path: &Path,
+) -> Result<(Option<PathBuf>, Option<PathBuf>), String> {
+    let file = read_config(&Some(path.to_path_buf()))?;
+    for (key, given) in [
+        ("[serve] db", &file.serve.db),
+        ("[serve] workspace_root", &file.serve.workspace_root),
+    ] {
+        if let Some(given) = given {
+            unexpanded(&given.to_string_lossy(), key)?;
+        }
+    }
+    Ok((file.serve.db, file.serve.workspace_root))
+}
+
 /// The parser's account of a config file that does not parse: as the parser gives it (the
 /// line it stopped at, and a caret under the place), unless that line is too long to show,
 /// when only where and why (a file of one 200 KB line would otherwise be printed whole).
@@ -353,7 +371,8 @@ pub fn handlers(a: HandlersArgs) -> CliResult {
         crate::exit_guard::Who::Command("worldd handlers"),
         "loaded its plugins",
     );
-    let text = plugins::report(&opts).map_err(|e| Failure::usage(e.to_string()))?;
+    let hint = plugin_dir_hint(&opts.dir, &a.plugins, &file);
+    let text = plugins::report(&opts).map_err(|e| Failure::usage(format!("{e}{hint}")))?;
     drop(armed);
     super::output::write(text)
 }
@@ -527,7 +546,8 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
         opts.limits = settings.limits.clone();
         opts.metrics = metrics.clone();
         refuse_state_dir_in_workspace(&opts, &root_at)?;
-        let set = load_plugins(&mut opts, &store, &db_at)?;
+        let hint = plugin_dir_hint(&opts.dir, &a.plugins, &file);
+        let set = load_plugins(&mut opts, &store, &db_at, &hint)?;
         let started: Vec<String> = set
             .plugins
             .iter()
@@ -980,11 +1000,31 @@ fn open_store(settings: &Settings, fresh: &mut Fresh) -> Result<Store, Failure> 
     Ok(store)
 }
 
+/// What to add to a plugin failure when the plugin directory given does not exist: which key
+/// named it and what belongs there (`cannot read the plugin directory: No such file or
+/// directory` left both to guess). Empty otherwise.
+fn plugin_dir_hint(dir: &Path, args: &PluginArgs, file: &ConfigFile) -> String {
+    let key = match (&args.plugin_dir, &file.serve.plugin_dir) {
+        (Some(_), _) => "--plugin-dir",
+        (None, Some(_)) => "[serve] plugin_dir",
+        // The executable's own directory exists.
+        (None, None) => return String::new(),
+    };
+    match std::fs::metadata(dir) {
+        Err(missing) if missing.kind() == std::io::ErrorKind::NotFound => format!(
+            "; {key} names no directory: give the directory that holds the plugin libraries (libworldd_*.so), or leave it out to load those beside the worldd executable ({})",
+            plugins::default_dir().display()
+        ),
+        _ => String::new(),
+    }
+}
+
 /// The plugins loaded, and the transitions they ship published to the default registry.
 fn load_plugins(
     opts: &mut PluginOptions,
     store: &Store,
     db: &std::path::Path,
+    hint: &str,
 ) -> Result<plugins::PluginSet, Failure> {
     // Plugins get absolute paths: their working directory is the daemon's, and theirs to
     // change.
@@ -993,7 +1033,7 @@ fn load_plugins(
     opts.state_root = Some(state_root);
     let served = Arc::new(OnceLock::new());
     opts.publisher = Some(plugins::publisher(store.clone(), served.clone()));
-    let set = plugins::load(opts).map_err(|e| startup("plugins", e))?;
+    let set = plugins::load(opts).map_err(|e| startup("plugins", format!("{e}{hint}")))?;
     warn_when_nothing_serves(&opts.dir, &set);
     let _ = served.set(
         set.handlers
@@ -1074,7 +1114,31 @@ fn edge_settings(
     if let Some(n) = a.max_connections {
         server.max_connections = n;
     }
-    server.check().map_err(|e| startup("config", e))?;
+    let flags = [
+        (
+            "[server] max_connections",
+            "--max-connections",
+            a.max_connections.is_some(),
+        ),
+        (
+            "[limits] execution_slots",
+            "--execution-slots",
+            a.execution_slots.is_some(),
+        ),
+        (
+            "[limits] handler_deadline_ms",
+            "--handler-deadline-ms",
+            a.handler_deadline_ms.is_some(),
+        ),
+        (
+            "[limits] commit_body_bytes",
+            "--commit-body-bytes",
+            a.commit_body_bytes.is_some(),
+        ),
+    ];
+    server
+        .check()
+        .map_err(|e| startup("config", by_flag(e, &flags)))?;
     let mut limits = file.limits.values();
     if let Some(n) = a.execution_slots {
         limits.execution_slots = n;
@@ -1092,13 +1156,30 @@ fn edge_settings(
             .reply_bytes
             .min(crate::limits::most_reply_bytes(&server));
     }
-    limits.check().map_err(|e| startup("config", e))?;
+    limits
+        .check()
+        .map_err(|e| startup("config", by_flag(e, &flags)))?;
     let mut given = crate::limits::Given::of(&file.limits, &file.server);
     if a.handler_deadline_ms.is_some() {
         given = given.flag("[limits] handler_deadline_ms", "--handler-deadline-ms");
     }
     let said = limits.fit(&mut server, &given);
     Ok((server, limits, said))
+}
+
+/// A refusal of a setting said under the flag that gave it, as `--bind` is: `[limits]
+/// execution_slots must be at least 1` from `--execution-slots 0` sent the operator looking
+/// for a config file that does not set it. `flags` pairs each key with its flag and whether
+/// the flag was given; a refusal that names no given flag's key first is as the check said it.
+fn by_flag(refusal: String, flags: &[(&str, &str, bool)]) -> String {
+    for (key, flag, given) in flags {
+        if let Some(rest) = refusal.strip_prefix(key).filter(|r| r.starts_with(' ')) {
+            if *given {
+                return format!("{flag}{rest}");
+            }
+        }
+    }
+    refusal
 }
 
 /// A daemon with no plugin serves tools that all fail by rule R8: say so once, loudly.

@@ -30,7 +30,7 @@ pub const SE_TOOLS_EFFECTS: [&str; 8] = [
 pub enum SessionCommand {
     /// Mint a session credential (asks for confirmation on the terminal).
     #[command(
-        after_help = "Examples:\n  worldd session mint --episode demo --grant Workspace.Read=worktree:20 --grant Workspace.Write=worktree:5 --out .world/demo.session\n  worldd session mint --episode ci --grant Workspace.Read=worktree:100 --ttl 600"
+        after_help = "Examples:\n  worldd session mint --episode demo --grant Workspace.Read=worktree:20 --grant Workspace.Write=worktree:5 --out .world/demo.session\n  worldd session mint --episode ci --grant Workspace.Read=worktree:100 --ttl 600\n  worldd session mint --episode demo --preset se-tools --budget 20 --out .world/demo2.session"
     )]
     Mint(MintArgs),
     /// Create an episode's worktree and mint a credential for it.
@@ -59,12 +59,15 @@ pub struct MintArgs {
     /// 9007199254740991).
     #[arg(long = "grant")]
     pub grants: Vec<String>,
+    #[command(flatten)]
+    pub preset: PresetArgs,
     /// Mint an operator credential: it reads every episode and, with a World.Commit grant,
     /// may commit through POST /v1/commit. Grants are optional for operators.
     #[arg(long)]
     pub operator: bool,
-    /// The daemon's workspace root (default: .world/worktrees): only looked at, to warn
-    /// before the question when the episode has no worktree there.
+    /// The daemon's workspace root (default: `[serve] workspace_root` of --config, else
+    /// .world/worktrees): only looked at, to warn before the question when the episode has no
+    /// worktree there.
     #[arg(long)]
     pub workspace_root: Option<PathBuf>,
     #[command(flatten)]
@@ -93,23 +96,54 @@ pub struct NewArgs {
     pub episode: String,
     #[command(flatten)]
     pub db: DbArg,
-    /// Worktrees live in <workspace-root>/<episode>.
-    #[arg(long, default_value = DEFAULT_WORKSPACE_ROOT)]
-    pub workspace_root: PathBuf,
+    /// Worktrees live in <workspace-root>/<episode> (default: `[serve] workspace_root` of
+    /// --config, else .world/worktrees).
+    #[arg(long)]
+    pub workspace_root: Option<PathBuf>,
     /// Create the worktree with `git worktree add --detach` from this repository.
     #[arg(long)]
     pub repo: Option<PathBuf>,
+    #[command(flatten)]
+    pub preset: PresetArgs,
+    /// Extra or overriding grants, EFFECT=SCOPE:BUDGET.
+    #[arg(long = "grant")]
+    pub grants: Vec<String>,
+    #[command(flatten)]
+    pub credential: CredentialArgs,
+}
+
+/// `--preset NAME --budget N`: a named grant set, for `session new` and `session mint` alike.
+#[derive(Args, Debug)]
+pub struct PresetArgs {
     /// A named grant set: `se-tools` grants the eight se-tools effects at worktree:<budget>.
     #[arg(long)]
     pub preset: Option<String>,
     /// Budget for each preset grant (at most 9007199254740991).
     #[arg(long, default_value_t = 50, value_parser = budget_arg)]
     pub budget: u64,
-    /// Extra or overriding grants, EFFECT=SCOPE:BUDGET.
-    #[arg(long = "grant")]
-    pub grants: Vec<String>,
-    #[command(flatten)]
-    pub credential: CredentialArgs,
+}
+
+impl PresetArgs {
+    /// The preset's grants with `--grant`s over them: a `--grant` replaces the preset grant of
+    /// its effect and scope; two `--grant`s of one are a mistake, not a silent last-wins.
+    fn grants_with(&self, given: &[String]) -> Result<Vec<Grant>, Failure> {
+        let mut grants: Vec<Grant> = match self.preset.as_deref() {
+            None => Vec::new(),
+            Some("se-tools") => se_tools_grants(self.budget),
+            Some(other) => {
+                return Err(Failure::usage(format!(
+                    "unknown --preset {other:?}; known: se-tools"
+                )))
+            }
+        };
+        let extra = parse_grants(given)?;
+        refuse_duplicates(&extra)?;
+        for g in extra {
+            grants.retain(|x| !(x.effect == g.effect && x.scope == g.scope));
+            grants.push(g);
+        }
+        Ok(grants)
+    }
 }
 
 #[derive(Args, Debug)]
@@ -139,18 +173,16 @@ pub struct RevokeArgs {
 pub fn run(cmd: SessionCommand) -> CliResult {
     match cmd {
         SessionCommand::Mint(a) => {
-            let grants = parse_grants(&a.grants)?;
-            let root = a
-                .workspace_root
-                .unwrap_or_else(|| PathBuf::from(DEFAULT_WORKSPACE_ROOT));
+            let grants = a.preset.grants_with(&a.grants)?;
+            let paths = a.db.paths(a.workspace_root.as_deref())?;
             mint(
-                &a.db.db,
+                &paths.db,
                 &a.episode,
                 grants,
                 a.operator,
                 a.credential.ttl,
                 a.credential.out.as_deref(),
-                &root,
+                &paths.workspace_root,
             )
         }
         SessionCommand::New(a) => new(a),
@@ -775,24 +807,12 @@ fn se_tools_grants(budget: u64) -> Vec<Grant> {
 }
 
 fn new(a: NewArgs) -> CliResult {
+    let super::StorePaths {
+        db,
+        workspace_root: root,
+    } = a.db.paths(a.workspace_root.as_deref())?;
     session::validate_episode(&a.episode).map_err(|e| Failure::usage(e.to_string()))?;
-    let mut grants: Vec<Grant> = match a.preset.as_deref() {
-        None => Vec::new(),
-        Some("se-tools") => se_tools_grants(a.budget),
-        Some(other) => {
-            return Err(Failure::usage(format!(
-                "unknown --preset {other:?}; known: se-tools"
-            )))
-        }
-    };
-    // A --grant overrides a preset grant of its effect and scope; two --grants of one are a
-    // mistake, as in `session mint`, not a silent last-wins.
-    let extra = parse_grants(&a.grants)?;
-    refuse_duplicates(&extra)?;
-    for g in extra {
-        grants.retain(|x| !(x.effect == g.effect && x.scope == g.scope));
-        grants.push(g);
-    }
+    let grants = a.preset.grants_with(&a.grants)?;
     if grants.is_empty() {
         return Err(Failure::usage(
             "give --preset se-tools or at least one --grant",
@@ -802,50 +822,47 @@ fn new(a: NewArgs) -> CliResult {
     // Everything is checked, then asked, before anything is made: an interrupt at the
     // prompt leaves no worktree (which would make the same command fail next time).
     let minting = Minting::check(
-        &a.db.db,
+        &db,
         &a.episode,
         grants,
         false,
         a.credential.ttl,
         a.credential.out.as_deref(),
     )?;
-    check_out_beside_agents(a.credential.out.as_deref(), &a.workspace_root, false)?;
+    check_out_beside_agents(a.credential.out.as_deref(), &root, false)?;
     // Budgets belong to the episode, as for `session mint`: a new worktree refills nothing.
     minting.warn_of_spent_grants();
     if let Some(repo) = &a.repo {
         check_repo(repo)?;
     }
-    let worktree = a.workspace_root.join(&a.episode);
+    let worktree = root.join(&a.episode);
     // Another store, but the default workspace root: the worktree is made under this
     // directory, where a daemon serving that store may not look (which matters only to grants
     // that need the worktree).
     // A daemon serves the store but holds no lock on this workspace root (`serve` flocks the
     // root it serves): its root is another, and it would never look in this worktree.
-    if needs_worktree
-        && super::doctor::daemon_serves(&a.db.db)
-        && !super::doctor::flock_held(&a.workspace_root)
-    {
+    if needs_worktree && super::doctor::daemon_serves(&db) && !super::doctor::flock_held(&root) {
         errln!(
             "worldd session: warning: the daemon serving {} does not serve the workspace root {}: it would never look in the worktree {} made there; answer n and pass --workspace-root with the daemon's",
-            a.db.db.display(),
-            a.workspace_root.display(),
+            db.display(),
+            root.display(),
             shown_path(&worktree)
         );
     } else if needs_worktree
-        && a.workspace_root == Path::new(DEFAULT_WORKSPACE_ROOT)
-        && a.db.db != Path::new(super::DEFAULT_DB)
+        && root == Path::new(DEFAULT_WORKSPACE_ROOT)
+        && db != Path::new(super::DEFAULT_DB)
     {
         errln!(
             "worldd session: warning: the worktree goes to {} (the default --workspace-root, under this directory) while the store is {}: if the daemon serves another workspace root, answer n and pass --workspace-root with it",
             shown_path(&worktree),
-            a.db.db.display()
+            db.display()
         );
     }
     // A file where the root should be was told to `chmod 700` it, asked, and only then failed.
-    if std::fs::metadata(&a.workspace_root).is_ok_and(|m| !m.is_dir()) {
+    if std::fs::metadata(&root).is_ok_and(|m| !m.is_dir()) {
         return Err(Failure::usage(format!(
             "--workspace-root {} is not a directory (the workspace root holds one directory per episode)",
-            a.workspace_root.display()
+            root.display()
         )));
     }
     // Not followed: a link there is no worktree a daemon serves ([`worktree_of`]).
@@ -905,7 +922,7 @@ fn new(a: NewArgs) -> CliResult {
     // inside the store (beside its data file and plugins' state, in what `backup` copies), a
     // store inside the workspace root, or a root inside a directory another running worldd
     // holds as its own (a daemon's worktree, its store, a plugin's stateDir).
-    if let Some(why) = super::placement::nested(&a.db.db, &a.workspace_root) {
+    if let Some(why) = super::placement::nested(&db, &root) {
         return Err(Failure::usage(format!(
             "{why}: a daemon refuses to serve them so, and no worktree is made there; nothing was made: pass a --workspace-root outside the store (and the store outside it)"
         )));
@@ -913,17 +930,17 @@ fn new(a: NewArgs) -> CliResult {
     // The root itself held by a process that does not serve this store: another daemon's own
     // workspace root (or store), whose agents write there (serve refuses it for the root's
     // lock). The daemon serving this store holds its own root: that one is ours.
-    let root_holder = crate::proc_locks::exclusive_holder(&a.workspace_root);
+    let root_holder = crate::proc_locks::exclusive_holder(&root);
     if root_holder.is_some()
-        && root_holder != crate::proc_locks::exclusive_holder(&a.db.db.join("data.mdb"))
+        && root_holder != crate::proc_locks::exclusive_holder(&db.join("data.mdb"))
     {
         return Err(Failure::usage(format!(
             "the workspace root {} is held by another running worldd as its own (its workspace root or its store), not by a daemon serving {}: no daemon serving this store would serve a worktree made there; nothing was made: pass that daemon's --db, or a --workspace-root of this store's",
-            super::paths::real_so_far(&a.workspace_root).display(),
-            a.db.db.display()
+            super::paths::real_so_far(&root).display(),
+            db.display()
         )));
     }
-    if let Some(held) = super::dir_locks::held_above(&a.db.db, &a.workspace_root) {
+    if let Some(held) = super::dir_locks::held_above(&db, &root) {
         return Err(Failure::usage(format!(
             "the {} {} is inside {}, which another running worldd process holds as its own (a daemon's workspace root or store, a plugin's stateDir, a backup's destination): no daemon would serve a worktree made there; nothing was made: pass a {} outside it",
             held.what,
@@ -934,15 +951,13 @@ fn new(a: NewArgs) -> CliResult {
     }
     // As `serve` does: a root another user could have written is refused (they could swap
     // the worktree for theirs), one others may read is warned of.
-    super::placement::refuse_loose_dir("workspace root", &a.workspace_root)
-        .map_err(Failure::fatal)?;
-    if let Some(warning) = super::placement::others_may_enter(&a.workspace_root) {
+    super::placement::refuse_loose_dir("workspace root", &root).map_err(Failure::fatal)?;
+    if let Some(warning) = super::placement::others_may_enter(&root) {
         errln!("worldd session: warning: {warning}");
     }
     minting.confirm()?;
-    super::placement::create_private_dir_all(&a.workspace_root).map_err(|e| {
-        Failure::usage(format!("cannot create {}: {e}", a.workspace_root.display()))
-    })?;
+    super::placement::create_private_dir_all(&root)
+        .map_err(|e| Failure::usage(format!("cannot create {}: {e}", root.display())))?;
     create_worktree(&worktree, a.repo.as_deref(), replace)?;
     let result = minting.deliver();
     if result.is_err() {
@@ -1144,7 +1159,7 @@ fn rfc3339(t: i64) -> String {
 }
 
 fn list(a: ListArgs) -> CliResult {
-    let store = open_to_read(&a.db.db)?;
+    let store = open_to_read(&a.db.db()?)?;
     let session::Listing { sessions, damaged } =
         session::list(&store).map_err(|e| Failure::fatal(e.to_string()))?;
     seen_is_durable(&store)?;
@@ -1203,17 +1218,18 @@ fn session_json(s: &Session, now: i64) -> serde_json::Value {
 }
 
 fn revoke(a: RevokeArgs) -> CliResult {
-    let store = open_existing(&a.db.db)?;
+    let db = a.db.db()?;
+    let store = open_existing(&db)?;
     match (a.credential_id, a.episode, a.expired) {
-        (Some(given), None, false) => revoke_one(&store, &a.db.db, &given),
-        (None, None, true) => revoke_expired(&store, &a.db.db),
+        (Some(given), None, false) => revoke_one(&store, &db, &given),
+        (None, None, true) => revoke_expired(&store, &db),
         (None, Some(ep), false) => {
             let ids =
                 session::revoke_episode(&store, &ep).map_err(|e| Failure::fatal(e.to_string()))?;
             if ids.is_empty() {
                 return Err(Failure::usage(format!(
                     "refusing: no session credential for episode {ep} in {}; nothing was revoked",
-                    a.db.db.display()
+                    db.display()
                 )));
             }
             for id in ids {

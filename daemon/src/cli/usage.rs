@@ -19,10 +19,11 @@ pub struct UsageArgs {
 }
 
 pub fn run(a: UsageArgs) -> CliResult {
-    let store = open_to_read(&a.db.db)?;
+    let db = a.db.db()?;
+    let store = open_to_read(&db)?;
     let held = store
         .read(holdings::holdings)
-        .map_err(|e| Failure::fatal(format!("cannot read {}: {e}", a.db.db.display())))?;
+        .map_err(|e| Failure::fatal(format!("cannot read {}: {e}", db.display())))?;
     seen_is_durable(&store)?;
     let usage = store.usage();
     let (used, ceiling) = (usage.used, usage.limits.ceiling);
@@ -36,14 +37,14 @@ pub fn run(a: UsageArgs) -> CliResult {
             .collect();
         outln!(
             "{}",
-            json!({"store": a.db.db.display().to_string(), "usedBytes": used,
+            json!({"store": db.display().to_string(), "usedBytes": used,
                    "ceilingBytes": ceiling, "episodes": episodes})
         );
         return Ok(());
     }
     outln!(
         "store {}: {} used of its {} ceiling ({:.1} %)",
-        a.db.db.display(),
+        db.display(),
         ByteSize::new(used).human(),
         ByteSize::new(ceiling).human(),
         used as f64 * 100.0 / ceiling.max(1) as f64
