@@ -128,16 +128,20 @@ impl Runnable {
         ))
     }
 
-    /// Why the tool cannot run, as the coordinator refuses it (R8's text first); `None` when
-    /// it can.
+    /// Why the tool cannot run (R8's text first for a missing handler); `None` when it can. A
+    /// missing worktree has a lead-in of its own: "no handler" before it sent operators
+    /// looking for a plugin when the episode's directory was what was missing.
     pub fn reason(&self) -> Option<String> {
         match self {
             Runnable::Yes => None,
             Runnable::No(why) => Some(why.clone()),
-            Runnable::NoWorktree(why) => Some(format!("{R8_MESSAGE}: {why}")),
+            Runnable::NoWorktree(why) => Some(format!("{NO_WORKTREE_LEAD}: {why}")),
         }
     }
 }
+
+/// What a tool's `reason` says first when the session's episode has no worktree it can run in.
+const NO_WORKTREE_LEAD: &str = "no usable worktree for this episode";
 
 /// Rule R8 for one tool and session, as the coordinator applies it before planning.
 pub fn runnable(state: &AppState, session: &Session, t: &Transition) -> Runnable {
@@ -161,7 +165,8 @@ pub fn runnable(state: &AppState, session: &Session, t: &Transition) -> Runnable
     if let (true, Some(root)) = (needs_worktree, state.coordinator().workspace_root()) {
         if let Err(missing) = worktree_of(root, &session.episode) {
             // What an operator does, which is not `session new` for an episode that already
-            // has its credential; R8's text goes before it where the refusal is quoted.
+            // has its credential; the coordinator's refusal puts R8's text before it, the
+            // reason here a lead-in of its own.
             return Runnable::NoWorktree(match missing {
                 CallError::NoWorktree(why) => why,
                 other => other.to_string(),

@@ -151,7 +151,27 @@ fn handlers_route_names_a_missing_worktree() {
     assert_eq!(
         v["tools"],
         json!([{"name": "ailang-read", "effects": ["Workspace.Read"], "canRun": false,
-                "reason": "transition declares an effect this daemon has no handler for: episode nowhere's worktree does not exist: an operator creates it (the directory nowhere in the workspace root; worldd session new makes a worktree and a credential together, for an episode that has neither)"}])
+                "reason": "no usable worktree for this episode: episode nowhere's worktree does not exist: an operator creates it (the directory nowhere in the workspace root; worldd session new makes a worktree and a credential together, for an episode that has neither)"}])
+    );
+    // `worldd call` says it under the worktree's lead-in, not as a missing handler.
+    let session = d.session_file("nowhere", &token);
+    let (code, out, err) = worldd(
+        &[
+            "call",
+            "ailang-read",
+            "--arg",
+            "path=a.txt",
+            "--addr",
+            &d.addr,
+            "--session",
+            path_str(&session),
+        ],
+        None,
+    );
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert_eq!(
+        err,
+        "worldd: ailang-read cannot run in this daemon: no usable worktree for this episode: episode nowhere's worktree does not exist: an operator creates it (the directory nowhere in the workspace root; worldd session new makes a worktree and a credential together, for an episode that has neither); nothing ran and nothing was spent (rule R8)\n"
     );
 }
 
@@ -1506,9 +1526,14 @@ fn calls_get_finds_the_keys_dot_and_dot_dot_and_does_not_call_another_episodes_i
             "{out}"
         );
     }
+    // Not sent over A2A, but sent over MCP: not "safe to send", which would run it again.
     let (code, out, err) = cli(&d, &token, &["calls", "get", "--surface", "a2a", ".."]);
     assert_eq!((code, out.as_str()), (1, ""), "{err}");
-    assert!(err.contains("calls get: not found: a2a:ep1:.. (nothing was journaled under it in your episode; it is safe to send)"), "{err}");
+    assert_eq!(err.lines().last(), Some("worldd: calls get: not found: a2a:ep1:.. (nothing was journaled under it over a2a), but mcp:ep1:.. was sent over mcp: do not send it over a2a, which would run it again; `worldd calls get .. --surface mcp` says how it ended"));
+    // A key sent over neither surface is safe to send.
+    let (code, out, err) = cli(&d, &token, &["calls", "get", "--surface", "a2a", "never"]);
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert_eq!(err.lines().last(), Some("worldd: calls get: not found: a2a:ep1:never (nothing was journaled under it in your episode, over a2a or over mcp; it is safe to send)"));
 
     let other = d.session("ep2", &["Workspace.Write=worktree:5"]);
     cli(
@@ -1971,12 +1996,13 @@ fn a_worktree_that_is_a_symlink_is_named_as_one_by_calls_session_new_and_mint() 
     std::fs::create_dir(&elsewhere).unwrap();
     std::os::unix::fs::symlink(&elsewhere, d.root().join("linked")).unwrap();
     let token = d.session_without_worktree("linked", &["Workspace.Read=worktree:5"]);
-    let because = "transition declares an effect this daemon has no handler for: episode linked's worktree is a symbolic link: a worktree must be a directory in the workspace root itself, which no link can redirect (an operator puts the directory linked there in place of the link)";
+    let link = "episode linked's worktree is a symbolic link: a worktree must be a directory in the workspace root itself, which no link can redirect (an operator puts the directory linked there in place of the link)";
+    let because = format!("transition declares an effect this daemon has no handler for: {link}");
     let v = get(&d.url("/v1/handlers"), Some(&token)).json();
     assert_eq!(
         v["tools"],
         json!([{"name": "ailang-read", "effects": ["Workspace.Read"], "canRun": false,
-                "reason": because}])
+                "reason": format!("no usable worktree for this episode: {link}")}])
     );
     let a = mcp(
         &d,

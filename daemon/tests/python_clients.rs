@@ -291,7 +291,7 @@ fn a_keyed_mcp_write_runs_once_across_a_daemon_restart() {
     let (code, _, err) = cli(&["calls", "get", "never-sent"]);
     assert_eq!(code, 1);
     assert!(
-        err.contains("calls get: not found: mcp:ep1:never-sent (nothing was journaled under it in your episode; it is safe to send) on surface mcp; a task id sent over a2a? add --surface a2a"),
+        err.contains("calls get: not found: mcp:ep1:never-sent (nothing was journaled under it in your episode, over mcp or over a2a; it is safe to send)"),
         "{err}"
     );
     let (code, out, err) = cli(&["budget"]);

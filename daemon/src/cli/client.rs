@@ -70,6 +70,7 @@ pub enum LogCommand {
         after_help = "Examples:\n  worldd log get 2\n  worldd log get 0 --session .world/demo.session"
     )]
     Get {
+        /// The entry's log index (0 is the genesis).
         index: u64,
         #[command(flatten)]
         client: ClientArgs,
@@ -77,8 +78,11 @@ pub enum LogCommand {
     /// Consecutive entries.
     #[command(after_help = "Examples:\n  worldd log range --from 10 --limit 5")]
     Range {
+        /// The first log index to read.
         #[arg(long, default_value_t = 0)]
         from: u64,
+        /// The most entries to print (default 100, at most 500); the answer's `next` says
+        /// where the next page starts.
         #[arg(long)]
         limit: Option<u64>,
         #[command(flatten)]
@@ -226,8 +230,16 @@ pub(super) fn credential(arg: &Option<std::ffi::OsString>) -> Result<Option<Stri
     )?;
     {
         use std::os::unix::fs::PermissionsExt;
-        if meta.permissions().mode() & 0o077 != 0 {
-            errln!("worldd: warning: session file {raw} is readable by group or others");
+        // Once a process, as for a credential on the command line: a verb that makes several
+        // requests read the file for each and said it each time.
+        static WARNED: std::sync::Once = std::sync::Once::new();
+        if let Some(loose) = loose_session_file(meta.permissions().mode()) {
+            WARNED.call_once(|| {
+                errln!(
+                    "worldd: warning: session file {raw} is {loose} by group or others; `chmod 600 {}`",
+                    crate::text::shell_path(path)
+                )
+            });
         }
     }
     let token = super::input::credential(&text);
@@ -237,6 +249,18 @@ pub(super) fn credential(arg: &Option<std::ffi::OsString>) -> Result<Option<Stri
         )));
     }
     Ok(Some(token.to_owned()))
+}
+
+/// What others may do with a session file of `mode` that they should not: read the credential,
+/// or replace it with theirs (a file only its owner writes is no risk to run under). `None` for
+/// a file only its owner reads and writes.
+fn loose_session_file(mode: u32) -> Option<&'static str> {
+    match (mode & 0o044 != 0, mode & 0o022 != 0) {
+        (false, false) => None,
+        (true, false) => Some("readable"),
+        (false, true) => Some("writable"),
+        (true, true) => Some("readable and writable"),
+    }
 }
 
 /// Where a client verb's daemon address came from: `--addr` on the command line,
@@ -1030,13 +1054,35 @@ fn call_arguments(a: &CallArgs) -> Result<Value, Failure> {
         let v = strict_json(v, &source)?.ok_or_else(|| {
             let e = serde_json::from_str::<Value>(v).err();
             Failure::usage(format!(
-                "{source}: {}",
-                e.map_or_else(|| "not JSON".to_owned(), |e| e.to_string())
+                "{source}: {}{}",
+                e.map_or_else(|| "not JSON".to_owned(), |e| e.to_string()),
+                bare_string_tip(k, v)
             ))
         })?;
         args.insert(k.into(), v);
     }
     Ok(Value::Object(args))
+}
+
+/// What to do when `--arg-json K=V` is not JSON because V is a bare word (`path=hello.txt`):
+/// a JSON string is quoted, and `--arg` sends strings as they are. Nothing for what starts as
+/// JSON does (an object, an array, a string, a number, a literal), which is malformed JSON.
+fn bare_string_tip(key: &str, value: &str) -> String {
+    let starts_as_json = value.trim_start().chars().next().is_none_or(|c| {
+        matches!(c, '{' | '[' | '"' | '-' | '0'..='9')
+            || ["true", "false", "null"]
+                .iter()
+                .any(|w| value.trim_start().starts_with(w))
+    });
+    if starts_as_json {
+        return String::new();
+    }
+    let quoted = format!("{key}={}", Value::String(value.to_owned()));
+    format!(
+        "; a string is JSON in quotes (--arg-json {}), or give it with --arg {}",
+        crate::text::shell_word(&quoted),
+        crate::text::shell_word(&format!("{key}={value}"))
+    )
 }
 
 /// `text` parsed as the daemon parses a body (`broker_core::canon`): `None` when it is not
@@ -1200,7 +1246,19 @@ pub fn call(a: CallArgs) -> CliResult {
     }
     // The output says an effect was denied or failed, not why: the reason travels in
     // `_meta`. Said on stderr; stdout and the exit code stay as they were.
-    for line in effect_notes(&v["result"]["_meta"]) {
+    let meta = &v["result"]["_meta"];
+    let failed = meta["world/effects"]
+        .as_array()
+        .is_some_and(|effects| effects.iter().any(|e| e["status"] == "failed"));
+    // Only a failed effect needs the effects' classes, which `_meta` does not carry.
+    let reads = if failed {
+        handlers_report(&a.client)
+            .map(|report| read_effects(&report))
+            .unwrap_or_default()
+    } else {
+        BTreeSet::new()
+    };
+    for line in effect_notes(meta, &reads) {
         errln!("worldd: {line}");
     }
     if a.strict {
@@ -1224,9 +1282,23 @@ pub fn call(a: CallArgs) -> CliResult {
     Ok(())
 }
 
+/// The effects a `/v1/handlers` answer declares read-class: a handler of one that failed
+/// changed nothing.
+fn read_effects(report: &Value) -> BTreeSet<String> {
+    report["plugins"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|p| p["effects"].as_array().into_iter().flatten())
+        .filter(|e| e["class"] == "read")
+        .filter_map(|e| Some(e["effect"].as_str()?.to_owned()))
+        .collect()
+}
+
 /// One line per effect of a call's `_meta["world/effects"]` that did not end ok: its id,
-/// effect, status, the broker's denial and what it means.
-fn effect_notes(meta: &Value) -> Vec<String> {
+/// effect, status, the broker's denial and what it means. `reads` are the effects that only
+/// read: a failed one wrote nothing, and is not said to have partly written.
+fn effect_notes(meta: &Value, reads: &BTreeSet<String>) -> Vec<String> {
     let outcome = &meta["world/outcome"];
     meta["world/effects"]
         .as_array()
@@ -1250,6 +1322,7 @@ fn effect_notes(meta: &Value) -> Vec<String> {
                 ("denied", Some("denied:expired")) => "denied: denied:expired — the session credential has expired; nothing ran (mint a new one with worldd session mint)".to_owned(),
                 ("denied", Some("denied:handler")) => "denied: denied:handler — its handler declined the request before it ran; nothing ran (the output says why)".to_owned(),
                 ("denied", other) => format!("denied: {}; nothing ran", other.unwrap_or("no reason given")),
+                ("failed", _) if reads.contains(effect) => "failed — its handler failed; the effect only reads, so nothing was changed (the daemon's log says why, `effect failed: …`)".to_owned(),
                 ("failed", _) => "failed — its handler failed; a write may have partly run (worldd why shows what was recorded; the daemon's log says why, `effect failed: …`)".to_owned(),
                 (other, _) => format!("ended {other}"),
             };

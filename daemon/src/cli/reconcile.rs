@@ -46,9 +46,10 @@ pub struct BudgetArgs {
     pub client: ClientArgs,
 }
 
-pub fn calls(cmd: CallsCommand) -> CliResult {
-    let CallsCommand::Get(a) = cmd;
-    let path = if a.handle.contains(':') {
+/// The route that answers for `a.handle`: an invocation id as given; a bare key as sent over
+/// `surface`.
+fn route(a: &CallsGetArgs, surface: &str) -> Result<String, Failure> {
+    Ok(if a.handle.contains(':') {
         format!(
             "/v1/invocations/{}",
             super::client::pieces(&a.handle, "invocation id")?
@@ -57,17 +58,12 @@ pub fn calls(cmd: CallsCommand) -> CliResult {
         // Valid keys, but a URL parser takes the segment for a step, encoded or not: asked by
         // the invocation id, in which they are only part of a segment.
         format!(
-            "/v1/invocations/{}:{}:{}",
-            a.surface,
+            "/v1/invocations/{surface}:{}:{}",
             super::client::segment(&own_episode(&a.client)?.0),
             a.handle
         )
     } else if broker_core::task::valid_task_id(&a.handle) {
-        format!(
-            "/v1/calls/{}/{}",
-            a.surface,
-            super::client::segment(&a.handle)
-        )
+        format!("/v1/calls/{surface}/{}", super::client::segment(&a.handle))
     } else {
         // Checked here, by the daemon's rule: a `/` in it would otherwise split the route and
         // meet a "no route" answer that names neither the handle nor the rule.
@@ -75,7 +71,37 @@ pub fn calls(cmd: CallsCommand) -> CliResult {
             "calls get {}: a task id must be 1-128 characters of A-Z a-z 0-9 . _ - (an invocation id is mcp:<episode>:<task id> or a2a:<episode>:<task id>)",
             dialect::quote::quote(&a.handle)
         )));
-    };
+    })
+}
+
+/// What the other surface holds under a bare key found on neither the asked one: `None` when
+/// nothing was journaled under it there either; else what to say instead of "safe to send",
+/// since the key sent again over the asked surface would run the call a second time.
+fn sent_elsewhere(a: &CallsGetArgs, other: &str) -> Result<Option<String>, Failure> {
+    let path = route(a, other)?;
+    let (status, body) = get(&a.client, &path)?;
+    let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    if status == 404 && v["state"] == "not-found" {
+        return Ok(None);
+    }
+    let key = super::terminal::one_line(&a.handle);
+    Ok(Some(if (200..300).contains(&status) {
+        format!(
+            "but {} was sent over {other}: do not send it over {}, which would run it again; `worldd calls get {key} --surface {other}` says how it ended",
+            v["invocationId"].as_str().unwrap_or(&a.handle),
+            a.surface
+        )
+    } else {
+        format!(
+            "and whether it was sent over {other} could not be read ({}): do not send it until `worldd calls get {key} --surface {other}` answers",
+            super::client::refused(&a.client, &path, status, &body).message
+        )
+    }))
+}
+
+pub fn calls(cmd: CallsCommand) -> CliResult {
+    let CallsCommand::Get(a) = cmd;
+    let path = route(&a, &a.surface)?;
     let (status, body) = get(&a.client, &path)?;
     let v: Value = serde_json::from_slice(&body).map_err(|_| {
         Failure::usage(format!(
@@ -107,21 +133,26 @@ pub fn calls(cmd: CallsCommand) -> CliResult {
                 )));
             }
         }
-        // A bare key is looked for on one surface: an A2A task id asked for on MCP's is not
-        // found, though the call exists.
-        let elsewhere = if a.handle.contains(':') {
-            String::new()
-        } else {
-            let other = if a.surface == "mcp" { "a2a" } else { "mcp" };
-            format!(
-                " on surface {}; a task id sent over {other}? add --surface {other}",
+        let id = v["invocationId"].as_str().unwrap_or(&a.handle);
+        if a.handle.contains(':') {
+            return Err(Failure::usage(format!(
+                "calls get: not found: {id} (nothing was journaled under it in your episode; it is safe to send)"
+            )));
+        }
+        // A bare key names a call on each surface: one sent over the other surface is not
+        // found on this one, and resending it here would run it a second time. Safe to send
+        // only once neither holds it.
+        let other = if a.surface == "mcp" { "a2a" } else { "mcp" };
+        return Err(Failure::usage(match sent_elsewhere(&a, other)? {
+            None => format!(
+                "calls get: not found: {id} (nothing was journaled under it in your episode, over {} or over {other}; it is safe to send)",
                 a.surface
-            )
-        };
-        return Err(Failure::usage(format!(
-            "calls get: not found: {} (nothing was journaled under it in your episode; it is safe to send){elsewhere}",
-            v["invocationId"].as_str().unwrap_or(&a.handle)
-        )));
+            ),
+            Some(instead) => format!(
+                "calls get: not found: {id} (nothing was journaled under it over {}), {instead}",
+                a.surface
+            ),
+        }));
     }
     // The store no longer holds the entry the call's task state names: an integrity failure,
     // said as the daemon says it.
