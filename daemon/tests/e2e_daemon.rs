@@ -1559,14 +1559,29 @@ fn the_systemd_units_daemon_tells_its_manager_when_it_is_ready_and_when_it_stops
     };
     assert_eq!(service("Type"), "notify");
     assert_eq!(service("NotifyAccess"), "main");
+    // A refused start (exit 2) is not retried until the start limit.
+    assert_eq!(service("RestartPreventExitStatus"), "2");
     let exec = service("ExecStart");
     let dir = tempfile::tempdir().unwrap();
     let lib = dir.path().join("lib");
     let plugins = plugin_dir_with(dir.path(), WS);
+    // /etc/worldd/world.toml as the unit's comment says to install it, moved likewise.
+    let config = dir.path().join("world.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[serve]\ndb = \"{0}/db\"\nworkspace_root = \"{0}/worktrees\"\nbind = \"127.0.0.1:0\"\n",
+            lib.display()
+        ),
+    )
+    .unwrap();
+    assert_eq!(
+        exec,
+        "/opt/worldd/worldd serve --config /etc/worldd/world.toml"
+    );
     let line = exec
         .replace("/opt/worldd/worldd ", &format!("{WORLDD} "))
-        .replace("/var/lib/worldd", path_str(&lib))
-        .replace("127.0.0.1:7644", "127.0.0.1:0");
+        .replace("/etc/worldd/world.toml", path_str(&config));
     let mut words = line.split(' ');
     let mut cmd = std::process::Command::new(words.next().unwrap());
     cmd.args(words)
