@@ -58,6 +58,33 @@ pub const UNCOUNTED_BYTES: usize = 16 * KIB;
 /// the wire, each of which costs the daemon a hand-over between two tasks.
 pub const SMALL_PIECE_BYTES: usize = 512;
 
+/// What a connection may read beyond a body's limit while the body is read, for its framing
+/// ([`framing_allowance`]): 16 KiB of chunk extensions and 16 KiB of trailers (the HTTP layer's
+/// own bounds), chunk-size lines, and what a client sends behind the body.
+pub const FRAMING_BYTES: usize = 64 * KIB;
+
+/// Most bytes a connection may read while a body of at most `limit` bytes, in at most
+/// `small_pieces` small pieces, is read: the limit, its sixteenth (a chunk-size line of 16
+/// digits and its two line ends for every 512 bytes of chunks that are not small), 20 bytes
+/// for each small piece, and [`FRAMING_BYTES`]. A chunk-size line of endless `0` digits or
+/// blanks delivers no byte of the body, and the daemon reads it a byte at a time: past this,
+/// the body is refused (`limit_trips_total{limit="body_framing"}`).
+pub fn framing_allowance(limit: usize, small_pieces: usize) -> u64 {
+    let limit = limit as u64;
+    limit
+        .saturating_add(limit / 16)
+        .saturating_add((small_pieces as u64).saturating_mul(20))
+        .saturating_add(FRAMING_BYTES as u64)
+}
+
+/// A body whose connection read past its [`framing_allowance`] before the body was whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the connection sent {read} bytes while its body was read, past the {allowance} its limit and chunked framing allow, before the body was whole (a chunk-size line of endless zeros or blanks?)")]
+pub struct FramingOverrun {
+    pub read: u64,
+    pub allowance: u64,
+}
+
 /// What one parsed JSON value is counted as in the body budget ([`BodyShare::hold_parsed`]).
 /// Measured on the release daemon with one-member objects, the costliest value there is: a
 /// call of 16,386 of them took 5.3 MiB while it was parsed and copied, 340 bytes a value, and
@@ -190,7 +217,9 @@ pub enum BodyError {
     /// Not complete when the daemon began to drain ([`SHUTTING_DOWN`], 503).
     ShuttingDown,
     /// The connection failed or the framing was broken: the cause, as the HTTP layer names it
-    /// (`invalid chunk size line`, `chunk extensions over limit`, …).
+    /// (`invalid chunk size line`, `chunk extensions over limit`, …), or its connection read
+    /// past the body's [`framing_allowance`] ([`FramingOverrun`],
+    /// `limit_trips_total{limit="body_framing"}`).
     Unreadable(String),
     /// The bodies in flight already fill the budget, or the credential's share of it.
     Busy(Busy),
@@ -424,8 +453,23 @@ impl Bodies {
         let mut body = std::pin::pin!(body);
         let mut buf: Vec<u8> = Vec::with_capacity(declared);
         let mut small = 0usize;
+        // Its connection's reads, counted while it is read (none for a body that came
+        // another way, as in unit tests).
+        let allowance = framing_allowance(limit, self.small_pieces);
+        let watch = super::idle::watch_body(allowance);
+        let overran = |watch: &Option<super::idle::BodyWatch>| {
+            let read = watch.as_ref()?.overran()?;
+            self.metrics.limit_tripped(Limit::BodyFraming);
+            Some(BodyError::Unreadable(
+                FramingOverrun { read, allowance }.to_string(),
+            ))
+        };
         while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
-            let frame = frame.map_err(|e| BodyError::Unreadable(root_cause(&e)))?;
+            // Past its allowance the connection's reads ended, which the HTTP layer says as a
+            // broken body: said as what it is.
+            let frame = frame.map_err(|e| {
+                overran(&watch).unwrap_or_else(|| BodyError::Unreadable(root_cause(&e)))
+            })?;
             // Trailers carry nothing for JSON; only data frames count.
             if let Ok(data) = frame.into_data() {
                 if buf.len() + data.len() > limit {

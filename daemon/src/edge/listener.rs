@@ -299,15 +299,15 @@ async fn serve_connection(stream: SendDeadline<TcpStream>, room: Place, shared: 
     };
     // Requests without a credential are counted by their peer address ([`super::reply`]).
     let peer = stream.get_ref().peer_addr().ok().map(|a| a.ip());
+    let (stream, watched) = IdleWatch::new(stream);
     let service = service(
         app,
         replies,
         (known, metrics.clone()),
         small_pieces,
-        peer,
+        (peer, watched.clone()),
         registered.conn.clone(),
     );
-    let (stream, watched) = IdleWatch::new(stream);
     let conn = http.serve_connection(TokioIo::new(stream), service);
     let mut conn = std::pin::pin!(conn);
     metrics.connections(1);
@@ -383,7 +383,7 @@ fn service(
     replies: ReplyBudget,
     (known, metrics): (KnownCredential, Metrics),
     small_pieces: usize,
-    peer: Option<std::net::IpAddr>,
+    (peer, watched): (Option<std::net::IpAddr>, Watched),
     conn: Arc<Conn>,
 ) -> impl hyper::service::Service<
     hyper::Request<hyper::body::Incoming>,
@@ -393,6 +393,7 @@ fn service(
 > + Clone {
     hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         let (app, replies, metrics) = (app.clone(), replies.clone(), metrics.clone());
+        let watched = watched.clone();
         // Looked up once: the read turns and the routes take what was found here
         // ([`credential::routed_with`]) instead of looking the credential up again.
         let found = credential::authorization(req.headers())
@@ -417,7 +418,11 @@ fn service(
                 client,
                 peer,
             });
-            let routed = credential::routed_with(found, app.oneshot(req));
+            // A body it reads is watched on this connection's reads ([`super::idle`]).
+            let routed = super::idle::reading_bodies(
+                watched,
+                credential::routed_with(found, app.oneshot(req)),
+            );
             let answer = match remainder.routing(routed).await {
                 Ok(answer) => answer,
                 Err(never) => match never {},
