@@ -115,7 +115,10 @@ async fn a2a(
         Ok(Op::Unsupported(what)) => return what.answer(&id),
         // The envelope, the method and its version are sound, and params cannot be read as
         // arguments: nothing runs.
-        Ok(_) if params_unreadable => return rpc_error(&id, -32602, "invalid params"),
+        Ok(Op::Send(shape) | Op::Read(_, shape)) if params_unreadable.is_some() => {
+            let why = params_unreadable.as_deref().unwrap_or_default();
+            return request::params_unreadable(&id, why, shape.version());
+        }
         Ok(Op::Send(method)) => method,
         Ok(Op::Read(read, shape)) => {
             let params = req.get("params").unwrap_or(&Value::Null);

@@ -98,7 +98,8 @@ fn an_integer_beyond_2_53_inside_a2a_params_does_not_skip_the_json_rpc_envelope_
         // Sound otherwise, the number in params is invalid params, answered to the id.
         (
             r#""id":"w","method":"tasks/send","#,
-            json!({"jsonrpc": "2.0", "id": "w", "error": {"code": -32602, "message": "invalid params"}}),
+            json!({"jsonrpc": "2.0", "id": "w", "error": {"code": -32602, "message": "invalid params",
+                   "data": {"why": "params: number 9007199254740993 is outside the exact integer range of canonical JSON (±2^53−1)"}}}),
         ),
     ] {
         let (status, text) = a2a_text(&d, Some(&token), None, &send(envelope));

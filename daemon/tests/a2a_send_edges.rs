@@ -251,7 +251,8 @@ fn an_integer_past_the_canonical_range_outside_params_is_an_invalid_request_with
     let v: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(
         v,
-        json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32602, "message": "invalid params"}})
+        json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32602, "message": "invalid params",
+               "data": {"why": "params: number 12345678901234567890123 is outside the exact integer range of canonical JSON (±2^53−1)"}}})
     );
 }
 

@@ -50,7 +50,8 @@ fn unsafe_integer_argument_is_invalid_params_over_mcp_and_a2a() {
     assert_eq!(a.status, 200, "{}", a.text());
     assert_eq!(
         a.json(),
-        json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32602, "message": "invalid params"}})
+        json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32602, "message": "invalid params",
+               "data": {"why": "params: number -9007199254740993 is outside the exact integer range of canonical JSON (±2^53−1)"}}})
     );
     // Nothing was committed (nor journaled: admission refuses before the journal).
     assert_eq!(head(&d, &token), before);

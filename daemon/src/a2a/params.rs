@@ -215,6 +215,13 @@ fn parse_message_params(
             )
         }
     };
+    // A task it continues is named back in the answer: not one longer than any task id.
+    if continues
+        .as_ref()
+        .is_some_and(|t| t.chars().count() > super::tasks::MAX_TASK_ID_CHARS)
+    {
+        return Err(super::tasks::too_long("params.message.taskId").into());
+    }
     let accepted = accepted_output_modes(method, params)?;
     let args = arguments_of(contents)?;
     // Every answer's artifact is JSON: a client that accepts none of it is told before

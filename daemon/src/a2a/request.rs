@@ -22,9 +22,9 @@ pub(super) struct Received {
     /// The request; without its `params` when they hold a number that has no canonical form
     /// (an integer beyond ±(2^53−1)): its envelope is still judged as any other's.
     pub(super) req: Value,
-    /// `params` held such a number: once the envelope, method and version are sound, the
-    /// request is `-32602 invalid params`, and nothing runs.
-    pub(super) params_unreadable: bool,
+    /// `params` held such a number: why. Once the envelope, method and version are sound, the
+    /// request is `-32602 invalid params` saying so ([`params_unreadable`]), and nothing runs.
+    pub(super) params_unreadable: Option<String>,
     pub(super) body_bytes: usize,
     pub(super) share: BodyShare,
 }
@@ -88,7 +88,7 @@ pub(super) async fn received(
         Ok(req) => Ok(Received {
             session,
             req,
-            params_unreadable: false,
+            params_unreadable: None,
             body_bytes: bytes.len(),
             share,
         }),
@@ -115,7 +115,10 @@ pub(super) async fn received(
                 return Ok(Received {
                     session,
                     req,
-                    params_unreadable: true,
+                    params_unreadable: Some(format!(
+                        "params: {}",
+                        crate::json_bounds::strict_account(&e)
+                    )),
                     body_bytes: bytes.len(),
                     share,
                 });
@@ -144,6 +147,19 @@ pub(super) async fn received(
             })
         }
     }
+}
+
+/// `-32602 invalid params` for params holding a number without an exact canonical form, with
+/// `why` (which number) in `data`, as any other invalid params are answered; in the shape
+/// `speaks` reads.
+pub(super) fn params_unreadable(id: &Value, why: &str, speaks: Version) -> Response {
+    super::errors::error_with_data(
+        id,
+        -32602,
+        "invalid params".into(),
+        serde_json::json!({ "why": why }),
+        speaks,
+    )
 }
 
 /// Whether the strict parser stopped because the text is no JSON value (or an object names a

@@ -273,10 +273,23 @@ fn task_id_of(read: TaskRead, params: &Value) -> Result<String, String> {
         return Err("params must be an object with the task's \"id\"".into());
     }
     let task_id = string_at(params, "id", "params.id")?;
+    // Not echoed back in a `Task not found` (a 900 KB id made a 900 KB answer): no task can
+    // have it. A shorter id that is no task id's is simply not found.
+    if task_id.chars().count() > MAX_TASK_ID_CHARS {
+        return Err(too_long("params.id"));
+    }
     if read == TaskRead::Get {
         count_at(params.get("historyLength"), "params.historyLength")?;
     }
     Ok(task_id)
+}
+
+/// The most characters of a task id ([`broker_core::task::valid_task_id`]).
+pub(super) const MAX_TASK_ID_CHARS: usize = 128;
+
+/// Why a task id sent at `at` names no task: it is longer than any task id.
+pub(super) fn too_long(at: &str) -> String {
+    format!("{at} is longer than any task id: a task id is 1-{MAX_TASK_ID_CHARS} characters of A-Z a-z 0-9 . _ -")
 }
 
 fn invocation_id(session: &Session, task_id: &str) -> String {
