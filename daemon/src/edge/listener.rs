@@ -303,7 +303,7 @@ async fn serve_connection(stream: SendDeadline<TcpStream>, room: Place, shared: 
     let service = service(
         app,
         replies,
-        (known, metrics.clone()),
+        known,
         small_pieces,
         (peer, watched.clone()),
         registered.conn.clone(),
@@ -381,7 +381,7 @@ async fn shut_down(listener: TcpListener, connections: &Connections, draining: &
 fn service(
     app: Router,
     replies: ReplyBudget,
-    (known, metrics): (KnownCredential, Metrics),
+    known: KnownCredential,
     small_pieces: usize,
     (peer, watched): (Option<std::net::IpAddr>, Watched),
     conn: Arc<Conn>,
@@ -392,7 +392,7 @@ fn service(
     Future = impl Future + Send,
 > + Clone {
     hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-        let (app, replies, metrics) = (app.clone(), replies.clone(), metrics.clone());
+        let (app, replies) = (app.clone(), replies.clone());
         let watched = watched.clone();
         // Looked up once: the read turns and the routes take what was found here
         // ([`credential::routed_with`]) instead of looking the credential up again.
@@ -408,7 +408,7 @@ fn service(
             let (mut req, remainder) = linger::track(req, small_pieces);
             req.extensions_mut().insert(super::host::FromConnection);
             if in_request.over_share() {
-                metrics.limit_tripped(Limit::RequestsInFlight);
+                // Counted where its 503 is built ([`super::reply::within`]).
                 req.extensions_mut().insert(OverShare);
             }
             // Refused early or counted inside the router, past its Host and Origin checks

@@ -281,14 +281,25 @@ impl ReplyBudget {
         withheld: Withheld,
         limit: Limit,
     ) -> Response {
-        let (mut parts, _) = answer.into_parts();
+        let (mut parts, body) = answer.into_parts();
+        // A form that is the answer itself (a short output in a long answer, a batch of short
+        // replies) replaces nothing: the client gets its whole answer, and no limit stopped it.
+        // The answer is in memory (of exact size), and a form past the bound was never built.
+        let whole = axum::body::to_bytes(body, WITHHELD_MOST_BYTES)
+            .await
+            .is_ok_and(|bytes| bytes == withheld.body);
+        let tripped = |metrics: &Metrics| {
+            if !whole {
+                metrics.limit_tripped(limit);
+            }
+        };
         parts.status = withheld.status;
         parts.headers.remove(axum::http::header::CONTENT_LENGTH);
         parts.extensions.remove::<Withheld>();
         let size = withheld.body.len();
         let answer = Response::from_parts(parts, Body::from(withheld.body));
         if size <= UNCOUNTED_BYTES {
-            self.metrics.limit_tripped(limit);
+            tripped(&self.metrics);
             return answer;
         }
         let kib = (size - UNCOUNTED_BYTES).div_ceil(KIB);
@@ -307,7 +318,7 @@ impl ReplyBudget {
             .try_acquire_many_owned(u32::try_from(kib).unwrap_or(u32::MAX))
         {
             Ok(permit) => {
-                self.metrics.limit_tripped(limit);
+                tripped(&self.metrics);
                 Self::counted(answer, size, (permit, Some(allowance), None)).await
             }
             Err(_) => {
@@ -432,12 +443,18 @@ where
     let Some(budgeted) = request.extensions_mut().remove::<Budgeted>() else {
         return run(request).await;
     };
-    // Past its credential's share of requests in flight: refused here, like the budget's.
+    // Past its credential's share of requests in flight: refused here, like the budget's,
+    // and counted here, past the Host and Origin checks (a request they refuse, or a
+    // preflight, never reaches this).
     if request
         .extensions()
         .get::<super::connections::OverShare>()
         .is_some()
     {
+        budgeted
+            .replies
+            .metrics
+            .limit_tripped(Limit::RequestsInFlight);
         return busy(super::connections::REQUESTS_TEXT);
     }
     if let Some(refused) = budgeted.replies.refuse_early(&budgeted.client) {
@@ -935,6 +952,71 @@ mod tests {
         assert_eq!(b.metrics.trips(Limit::ReplyBudget), 0);
         drop((held, form));
         assert_eq!(b.free_kib(), 256);
+    }
+
+    /// A withheld form that is the answer itself (a short output in a long answer) replaces
+    /// nothing: it is sent against the client's withheld allowance, and no limit trip is
+    /// counted for an answer the client got whole. A form that replaces part of its answer is.
+    #[tokio::test]
+    async fn a_withheld_form_that_is_the_answer_itself_counts_no_trip() {
+        let b = ReplyBudget::new(1024 * KIB, Metrics::default());
+        let a = client("a");
+        let held = b.bound(&a, None, answer(16 * KIB + 256 * KIB)).await;
+        assert_eq!(b.metrics.trips(Limit::ReplyShare), 0);
+        let size = 16 * KIB + 8 * KIB;
+        let mut itself = answer(size);
+        itself.extensions_mut().insert(Withheld {
+            status: StatusCode::OK,
+            body: Bytes::from("x".repeat(size)),
+        });
+        let sent = b.bound(&a, None, itself).await;
+        assert_eq!(sent.status(), StatusCode::OK);
+        let body = axum::body::to_bytes(sent.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        assert_eq!(body, "x".repeat(size));
+        assert_eq!(
+            b.metrics.trips(Limit::ReplyShare),
+            0,
+            "nothing was replaced"
+        );
+        let replaced = b.bound(&a, None, answer_withheld(size, size)).await;
+        assert_eq!(replaced.status(), StatusCode::OK);
+        assert_eq!(b.metrics.trips(Limit::ReplyShare), 1);
+        drop(held);
+    }
+
+    /// A request past its credential's share of requests in flight is refused inside the
+    /// router and counted there, once: a request the Host or Origin check refuses never
+    /// reaches [`within`], and is not counted as refused for the share.
+    #[tokio::test]
+    async fn a_request_over_its_share_is_counted_where_its_503_is_built() {
+        let b = ReplyBudget::new(1024 * KIB, Metrics::default());
+        let mut request = axum::extract::Request::new(Body::empty());
+        request
+            .extensions_mut()
+            .insert(super::super::connections::OverShare);
+        request.extensions_mut().insert(Budgeted {
+            replies: b.clone(),
+            client: client("a"),
+            peer: None,
+        });
+        let ran = std::sync::atomic::AtomicBool::new(false);
+        let answer = within(request, |_| async {
+            ran.store(true, std::sync::atomic::Ordering::Relaxed);
+            answer(1)
+        })
+        .await;
+        assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            message(answer).await,
+            super::super::connections::REQUESTS_TEXT
+        );
+        assert!(
+            !ran.load(std::sync::atomic::Ordering::Relaxed),
+            "nothing ran"
+        );
+        assert_eq!(b.metrics.trips(Limit::RequestsInFlight), 1);
     }
 
     /// Streams of unknown length pass uncounted.
