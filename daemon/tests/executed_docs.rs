@@ -1,6 +1,7 @@
 //! The documentation runs: the `console` transcripts of the README, `docs/cli.md`,
-//! `docs/agents.md` (including the Python MCP SDK, TypeScript SDK and curl clients of the
-//! latter), `docs/http-api.md` (every curl example of the HTTP API), `docs/operators.md` and
+//! `docs/agents.md` (including the Python MCP SDK, A2A Python SDK, TypeScript SDK and curl
+//! clients of the latter), `docs/http-api.md` (every curl example of the HTTP API),
+//! `docs/operators.md` and
 //! the worked examples of
 //! `docs/plugins/registry.md` and `docs/plugins/git.md` are executed against the real binary
 //! and a real daemon, and their output must match what the page shows. The rules of a page are
