@@ -1382,7 +1382,7 @@ fn a_revoked_credential_is_refused_with_what_to_do() {
         None,
     );
     assert_eq!(code, 0, "{err}");
-    let hint = format!("(the daemon at http://{}, from --addr, does not know this credential or no longer honours it: revoked, expired, or minted for another store; if your daemon listens elsewhere, give its address with --addr or $WORLD_ADDR; else mint a new one with worldd session mint)\n", d.addr);
+    let hint = format!("(the daemon at http://{}, from --addr, does not know this credential: revoked, or minted for another store; if your daemon listens elsewhere, give its address with --addr or $WORLD_ADDR; else mint a new one with worldd session mint)\n", d.addr);
     for verb in [&["head"][..], &["budget"], &["tools", "list"]] {
         let (code, _, err) = worldd(
             &[verb, &["--addr", &d.addr, "--session", path_str(&session)]].concat(),
@@ -2130,7 +2130,7 @@ fn a_refused_credential_names_the_daemon_asked_and_where_its_address_came_from()
     let here = d.dir.path();
     let addr = d.url("");
     let hint = |from: &str| {
-        format!(" (the daemon at {addr}, {from}, does not know this credential or no longer honours it: revoked, expired, or minted for another store; if your daemon listens elsewhere, give its address with --addr or $WORLD_ADDR; else mint a new one with worldd session mint)\n")
+        format!(" (the daemon at {addr}, {from}, does not know this credential: revoked, or minted for another store; if your daemon listens elsewhere, give its address with --addr or $WORLD_ADDR; else mint a new one with worldd session mint)\n")
     };
     let (code, _, err) = worldd_in(
         here,

@@ -1122,7 +1122,7 @@ fn online_why_says_which_daemon_it_cannot_reach_or_that_refuses_the_credential()
     assert_eq!((code, out.as_str()), (1, ""));
     assert_eq!(
         err,
-        format!("worldd: why: the daemon at {base} refused the session credential: GET /v1/head returned HTTP 401 SessionUnknown: unknown session credential\n")
+        format!("worldd: why: the daemon at {base} refused the session credential: GET /v1/head returned HTTP 401 SessionUnknown: unknown session credential (the daemon at {base}, from --addr, does not know this credential: revoked, or minted for another store; if your daemon listens elsewhere, give its address with --addr or $WORLD_ADDR; else mint a new one with worldd session mint)\n")
     );
     let (code, _, err) = worldd(&["why", "--addr", &base, "0"], None);
     assert_eq!(code, 1);

@@ -612,23 +612,49 @@ pub(super) fn refused(c: &ClientArgs, path: &str, status: u16, body: &[u8]) -> F
     };
     Failure::usage(format!(
         "{path} returned HTTP {status} {class}: {message}{}",
-        credential_hint(c, status, class)
+        credential_hint(
+            &base_url(&c.addr).unwrap_or_else(|_| c.addr.clone()),
+            status,
+            class
+        )
     ))
 }
 
-/// What to do about a credential the daemon refused (401, but sent): the answer says which
-/// way it was refused, not why the operator's file holds such a one. The daemon asked is
-/// named, and where its address came from: another daemon answering on the default address
-/// refuses a credential that is fine where it was minted.
-pub(super) fn credential_hint(c: &ClientArgs, status: u16, class: &str) -> String {
-    if status == 401 && class != "SessionAbsent" {
-        let base = base_url(&c.addr).unwrap_or_else(|_| c.addr.clone());
-        format!(
-            " (the daemon at {base}, {}, does not know this credential or no longer honours it: revoked, expired, or minted for another store; if your daemon listens elsewhere, give its address with --addr or $WORLD_ADDR; else mint a new one with worldd session mint)",
-            AddrSource::of_this_process().origin()
-        )
-    } else {
-        String::new()
+/// What to do about a credential the daemon refused (401, but sent), keyed on the class it
+/// answered: `SessionExpired` was found and is past its expiry, so a new one is all it takes;
+/// `SessionUnknown` has no record there (revoked, or minted for another store); a refusal
+/// without a class keeps all three causes open. The daemon asked is named, and where its
+/// address came from: another daemon answering on the default address refuses a credential
+/// that is fine where it was minted.
+pub(super) fn credential_hint(base: &str, status: u16, class: &str) -> String {
+    if status != 401 || class == "SessionAbsent" {
+        return String::new();
+    }
+    let asked = format!(
+        "the daemon at {base}, {}",
+        AddrSource::of_this_process().origin()
+    );
+    let elsewhere = "if your daemon listens elsewhere, give its address with --addr or $WORLD_ADDR; else mint a new one with worldd session mint";
+    match class {
+        "SessionExpired" => format!(
+            " ({asked}, says this credential has expired: mint a new one with worldd session mint)"
+        ),
+        "SessionUnknown" => format!(
+            " ({asked}, does not know this credential: revoked, or minted for another store; {elsewhere})"
+        ),
+        _ => format!(
+            " ({asked}, does not know this credential or no longer honours it: revoked, expired, or minted for another store; {elsewhere})"
+        ),
+    }
+}
+
+/// The class of a `/mcp/` 401, whose body is the refusal's text alone (no envelope): the
+/// daemon's words for an unknown and an expired credential, as the REST envelope's message.
+fn mcp_refusal_class(text: &str) -> &'static str {
+    match text.trim() {
+        "unknown session credential" => "SessionUnknown",
+        "session credential has expired" => "SessionExpired",
+        _ => "",
     }
 }
 
@@ -762,7 +788,11 @@ fn mcp(c: &ClientArgs, method: &str, params: Value) -> Result<Value, Failure> {
         return Err(Failure::usage(format!(
             "/mcp/ returned HTTP {status}: {}{}",
             text.trim(),
-            credential_hint(c, status, "")
+            credential_hint(
+                &base_url(&c.addr).unwrap_or_else(|_| c.addr.clone()),
+                status,
+                mcp_refusal_class(&text)
+            )
         )));
     }
     let json_text = text

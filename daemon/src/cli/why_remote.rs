@@ -178,8 +178,10 @@ impl RemoteSource {
             }
             401 | 403 => {
                 let (class, message) = envelope();
+                // What to do about it, as `log tail` and `budget` say it.
+                let hint = super::client::credential_hint(self.base(), status, &class);
                 Err(self.note(Trouble::Unavailable(format!(
-                    "the daemon at {} refused the session credential: GET {path} returned HTTP {status} {class}: {message}",
+                    "the daemon at {} refused the session credential: GET {path} returned HTTP {status} {class}: {message}{hint}",
                     self.base()
                 ))))
             }
