@@ -242,30 +242,8 @@ pub fn cut_plugin_text(text: String) -> String {
 /// not hidden behind a constructor refusing the empty config the typo left it, and no plugin
 /// is started (its state directory made, its tools looked up) for a start that stops anyway.
 pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
-    let mut seen = Seen::default();
-    let mut found = Vec::new();
-    let mut broken = Vec::new();
-    let mut ready = Vec::new();
+    let ready = checked(opts)?;
     let deadline = opts.limits.plugin_start;
-    for scanned in scan(&opts.dir, deadline, Stops::Serve)? {
-        let (info, plugin) = match scanned {
-            Scanned::Plugin(i, p) => (i, p),
-            // Without --handler every library must load. With it, a broken library that is not
-            // selected is reported and skipped; a selected name it might have carried is then
-            // reported as missing, with the broken libraries named.
-            Scanned::Broken(e) if opts.selected.is_empty() => return Err(e),
-            Scanned::Broken(e) => {
-                tracing::warn!("skipping {e}");
-                broken.push(e.to_string());
-                continue;
-            }
-        };
-        found.push(info.manifest.name.clone());
-        let checked = check(&info, opts, &mut seen)?;
-        ready.push((info, plugin, checked));
-    }
-    check_selected(opts, &found, &broken)?;
-    check_tables(opts, &found)?;
     let mut handlers = Handlers::new();
     let mut transitions = Vec::new();
     let mut plugins = Vec::new();
@@ -342,6 +320,44 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
         classes,
         started: running,
     })
+}
+
+/// What [`load`] checks before it runs any plugin's constructor, alone: for `worldd handlers
+/// --check`, whose verdict is then `serve`'s, in its words.
+pub fn check_before_start(opts: &PluginOptions) -> Result<(), PluginError> {
+    checked(opts).map(drop)
+}
+
+/// Every library scanned and checked, and the selection and `[plugins.NAME]` tables set
+/// against the names found: the libraries to start, or why `serve` would not start.
+fn checked(
+    opts: &PluginOptions,
+) -> Result<Vec<(PluginInfo, handler_api::LoadedPlugin, Checked)>, PluginError> {
+    let mut seen = Seen::default();
+    let mut found = Vec::new();
+    let mut broken = Vec::new();
+    let mut ready = Vec::new();
+    let deadline = opts.limits.plugin_start;
+    for scanned in scan(&opts.dir, deadline, Stops::Serve)? {
+        let (info, plugin) = match scanned {
+            Scanned::Plugin(i, p) => (i, p),
+            // Without --handler every library must load. With it, a broken library that is not
+            // selected is reported and skipped; a selected name it might have carried is then
+            // reported as missing, with the broken libraries named.
+            Scanned::Broken(e) if opts.selected.is_empty() => return Err(e),
+            Scanned::Broken(e) => {
+                tracing::warn!("skipping {e}");
+                broken.push(e.to_string());
+                continue;
+            }
+        };
+        found.push(info.manifest.name.clone());
+        let checked = check(&info, opts, &mut seen)?;
+        ready.push((info, plugin, checked));
+    }
+    check_selected(opts, &found, &broken)?;
+    check_tables(opts, &found)?;
+    Ok(ready)
 }
 
 #[cfg(test)]

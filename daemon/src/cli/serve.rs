@@ -150,6 +150,10 @@ pub struct LimitArgs {
 pub struct HandlersArgs {
     #[command(flatten)]
     pub plugins: PluginArgs,
+    /// List nothing: make the checks `serve` makes of these flags and this config before it
+    /// opens the store or starts a plugin, and exit 2 with its refusal when it would refuse.
+    #[arg(long)]
+    pub check: bool,
 }
 
 /// The TOML config file.
@@ -361,6 +365,9 @@ pub fn plugin_options(args: &PluginArgs, file: &ConfigFile) -> Result<PluginOpti
 }
 
 pub fn handlers(a: HandlersArgs) -> CliResult {
+    if a.check {
+        return would_serve_start(&a.plugins);
+    }
     // `handlers` starts nothing: a file it cannot read is its own failure, exit 1.
     let file = read_config(&a.plugins.config).map_err(Failure::usage)?;
     let opts = plugin_options(&a.plugins, &file).map_err(Failure::usage)?;
@@ -375,6 +382,33 @@ pub fn handlers(a: HandlersArgs) -> CliResult {
     let text = plugins::report(&opts).map_err(|e| Failure::usage(format!("{e}{hint}")))?;
     drop(armed);
     super::output::write(text)
+}
+
+/// `worldd handlers --check`: `serve`'s own checks of `plugins` and the config they name, in
+/// its order and words (`daemon startup failed at <stage>: …`, exit 2), up to the point where
+/// it would open the store or run a plugin's constructor: a pre-flight before a restart, which
+/// must not take the store's or the plugins' locks the running daemon holds.
+fn would_serve_start(plugins: &PluginArgs) -> CliResult {
+    let serve = ServeArgs {
+        plugins: plugins.clone(),
+        ..ServeArgs::default()
+    };
+    check_settings(&serve)?;
+    let file = read_config(&plugins.config).map_err(|e| startup("config", e))?;
+    let mut opts = plugin_options(plugins, &file).map_err(|e| startup("config", e))?;
+    let settings = Settings::resolve(&serve, &file)?;
+    opts.limits = settings.limits;
+    refuse_state_dir_in_workspace(&opts, &settings.workspace_root)?;
+    // As `handlers` without `--check`: an `exit()` while a library loads is no verdict.
+    let armed = crate::exit_guard::arm_for(
+        crate::exit_guard::Who::Command("worldd handlers"),
+        "loaded its plugins",
+    );
+    let hint = plugin_dir_hint(&opts.dir, plugins, &file);
+    let checked =
+        plugins::check_before_start(&opts).map_err(|e| startup("plugins", format!("{e}{hint}")));
+    drop(armed);
+    checked
 }
 
 /// How `serve` gets its socket and where it announces readiness.

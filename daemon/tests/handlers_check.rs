@@ -1,0 +1,139 @@
+//! `worldd handlers --check`: a pre-flight before a restart exits as `serve` with the same
+//! flags and config would at start-up, with its refusal in its words, where the listing exits 0
+//! whatever it lists.
+
+mod common;
+
+use common::{path_str, plugin_dir_with, worldd};
+
+/// The `worldd: …` line of a verb's stderr (tracing lines aside).
+fn refusal(err: &str) -> Vec<&str> {
+    err.lines().filter(|l| l.starts_with("worldd: ")).collect()
+}
+
+/// What `serve` says with `flags` on a fresh store: its exit code and refusal lines.
+fn serve_with(dir: &std::path::Path, flags: &[&str]) -> (i32, Vec<String>) {
+    let db = dir.join("db");
+    let root = dir.join("worktrees");
+    let args = [
+        &[
+            "serve",
+            "--db",
+            path_str(&db),
+            "--workspace-root",
+            path_str(&root),
+            "--bind",
+            "127.0.0.1:0",
+        ][..],
+        flags,
+    ]
+    .concat();
+    let (code, _, err) = worldd(&args, None);
+    (code, refusal(&err).into_iter().map(str::to_owned).collect())
+}
+
+#[test]
+fn a_library_serve_would_refuse_fails_the_check_with_serves_words_and_exit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = plugin_dir_with(dir.path(), &["worldd_workspace"]);
+    std::fs::write(plugins.join("libstale.so"), b"not a library").unwrap();
+    let stale = plugins.join("libstale.so");
+    let said = format!(
+        "worldd: daemon startup failed at plugins: plugin {}: cannot be opened: file too short",
+        stale.display()
+    );
+
+    // The listing says it and exits 0, as it always has.
+    let (code, out, err) = worldd(&["handlers", "--plugin-dir", path_str(&plugins)], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("  not loadable: cannot be opened: file too short\n"),
+        "{out}"
+    );
+
+    let (code, out, err) = worldd(
+        &["handlers", "--check", "--plugin-dir", path_str(&plugins)],
+        None,
+    );
+    assert_eq!((code, out.as_str()), (2, ""), "{err}");
+    assert_eq!(refusal(&err), [said.as_str()], "{err}");
+    // `serve` refuses the same start, in the same words.
+    let (code, lines) = serve_with(dir.path(), &["--plugin-dir", path_str(&plugins)]);
+    assert_eq!((code, lines), (2, vec![said.clone()]));
+
+    // With --handler, serve skips the stale library and starts: so does the check.
+    let (code, out, err) = worldd(
+        &[
+            "handlers",
+            "--check",
+            "--plugin-dir",
+            path_str(&plugins),
+            "--handler",
+            "workspace",
+        ],
+        None,
+    );
+    assert_eq!((code, out.as_str()), (0, ""), "{err}");
+    assert!(refusal(&err).is_empty(), "{err}");
+}
+
+#[test]
+fn a_config_serve_would_refuse_fails_the_check_as_serve_says_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = plugin_dir_with(dir.path(), &["worldd_workspace"]);
+    let config = dir.path().join("world.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[serve]\nplugin_dir = {:?}\n\n[plugins.workspce]\nx = 1\n",
+            path_str(&plugins)
+        ),
+    )
+    .unwrap();
+    let (code, out, err) = worldd(&["handlers", "--config", path_str(&config)], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("\nproblem: [plugins.workspce] "), "{out}");
+    let (code, out, err) = worldd(
+        &["handlers", "--check", "--config", path_str(&config)],
+        None,
+    );
+    assert_eq!((code, out.as_str()), (2, ""), "{err}");
+    let (serve_code, serve_lines) = serve_with(dir.path(), &["--config", path_str(&config)]);
+    assert_eq!(serve_code, 2);
+    assert_eq!(refusal(&err), serve_lines, "{err}");
+    assert!(
+        serve_lines[0].starts_with("worldd: daemon startup failed at plugins: ")
+            && serve_lines[0].contains("did you mean [plugins.workspace]?"),
+        "{serve_lines:?}"
+    );
+
+    // A file that does not parse: `serve`'s start-up failure (exit 2), not the listing's own
+    // failure to read it (exit 1).
+    std::fs::write(&config, "[serve\n").unwrap();
+    let (code, _, err) = worldd(
+        &["handlers", "--check", "--config", path_str(&config)],
+        None,
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "worldd: daemon startup failed at config: {}: TOML parse error",
+            config.display()
+        )),
+        "{err}"
+    );
+    let (code, _, _) = worldd(&["handlers", "--config", path_str(&config)], None);
+    assert_eq!(code, 1);
+
+    // A config serve starts with passes.
+    std::fs::write(
+        &config,
+        format!("[serve]\nplugin_dir = {:?}\n", path_str(&plugins)),
+    )
+    .unwrap();
+    let (code, out, err) = worldd(
+        &["handlers", "--check", "--config", path_str(&config)],
+        None,
+    );
+    assert_eq!((code, out.as_str(), err.as_str()), (0, "", ""));
+}
