@@ -348,15 +348,29 @@ impl Metrics {
     /// each reason's first refusal at once, then at most one line per reason every
     /// [`crate::log_throttle::LOG_EVERY`], with how many went unlogged since. Anyone can
     /// cause these, thousands a second.
-    pub fn credential_refused(&self, denial: &AuthError) {
+    /// `whose` names the credential in a line that is due, when its record was found: its
+    /// public id and episode, so that an operator can tell whose it is.
+    pub fn credential_refused(
+        &self,
+        denial: &AuthError,
+        whose: impl FnOnce() -> Option<(String, String)>,
+    ) {
         let reason = refusal_reason(denial);
         if let Ok(mut m) = self.inner.credentials_refused.lock() {
             *m.entry(reason).or_default() += 1;
         }
-        match self.inner.refusal_lines.due(reason) {
-            Some(0) => tracing::warn!("refused a request: {denial}"),
-            Some(unlogged) => tracing::warn!(unlogged, "refused a request: {denial}"),
-            None => {}
+        let Some(unlogged) = self.inner.refusal_lines.due(reason) else {
+            return;
+        };
+        match (whose(), unlogged) {
+            (Some((credential_id, episode)), 0) => {
+                tracing::warn!(%credential_id, %episode, "refused a request: {denial}")
+            }
+            (Some((credential_id, episode)), unlogged) => {
+                tracing::warn!(%credential_id, %episode, unlogged, "refused a request: {denial}")
+            }
+            (None, 0) => tracing::warn!("refused a request: {denial}"),
+            (None, unlogged) => tracing::warn!(unlogged, "refused a request: {denial}"),
         }
     }
 

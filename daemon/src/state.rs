@@ -265,7 +265,7 @@ impl AppState {
         let header = match field.and_then(|h| session::parse_authorization(h).map(|_| h)) {
             Ok(h) => h,
             Err(d) => {
-                self.inner.metrics.credential_refused(&d);
+                self.inner.metrics.credential_refused(&d, || None);
                 return Err(AuthFailure::Denied(d));
             }
         };
@@ -279,7 +279,8 @@ impl AppState {
         {
             Ok(s) => Ok(s),
             Err(AuthenticateError::Denied(d)) => {
-                self.inner.metrics.credential_refused(&d);
+                let whose = || credential::whose(&self.inner.sessions, &self.inner.store, header);
+                self.inner.metrics.credential_refused(&d, whose);
                 Err(AuthFailure::Denied(d))
             }
             Err(AuthenticateError::Store(e)) => {

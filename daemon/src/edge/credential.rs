@@ -19,7 +19,8 @@ use std::sync::Arc;
 
 use axum::http::header::AUTHORIZATION;
 use axum::http::HeaderMap;
-use broker_core::session::{AuthError, Session};
+use broker_core::session::{AuthError, Session, SessionCache};
+use broker_core::store::Store;
 
 tokio::task_local! {
     /// What was found for the request's credential before it was routed.
@@ -70,6 +71,22 @@ pub fn looked_up_before_routing(credential: &str) -> Option<Option<Arc<Session>>
 /// The live session [`looked_up_before_routing`] found for `credential`, if any.
 pub fn found_before_routing(credential: &str) -> Option<Arc<Session>> {
     looked_up_before_routing(credential).flatten()
+}
+
+/// Whose a refused credential is, for the refusal's log line: its public credential id and
+/// episode, when its record was found (an expired credential; a revoked one has none), else
+/// `None`. Never the token itself. Read once more, and only when the line is written: the
+/// refusal's lookup keeps none of it, and its throttle leaves at most a line every few
+/// seconds.
+pub fn whose(
+    sessions: &SessionCache,
+    store: &Store,
+    authorization: Option<&str>,
+) -> Option<(String, String)> {
+    let token = broker_core::session::parse_authorization(authorization).ok()?;
+    let id = broker_core::session::credential_id(token);
+    let session = sessions.current(store, &id).ok()??;
+    Some((session.credential_id.clone(), session.episode.clone()))
 }
 
 /// The request's `Authorization` field: `Ok(None)` without one; malformed when it appears more
