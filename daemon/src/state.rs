@@ -328,6 +328,12 @@ impl AppState {
         if let Some(task) = &call.task_id {
             let coordinator = &self.inner.coordinator;
             if coordinator.in_flight(call.surface, &call.session.episode, task) {
+                // Counted (`outcome="error"`, a reused task id) and logged as every resend of
+                // a used key is, though it leaves before the call is admitted.
+                let reused = Err(CallError::TaskIdReused);
+                let (tool, episode) = (&call.skill_id, &call.session.episode);
+                let metrics = &self.inner.metrics;
+                metrics.observe_call(tool, episode, &reused, std::time::Duration::ZERO);
                 return Err(InvokeFailure::Call(CallError::TaskIdReused));
             }
         }
