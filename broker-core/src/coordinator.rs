@@ -37,7 +37,8 @@
 //!    one transaction (durable point 2): submitted to the store's writer, and answered by the
 //!    [`Committing`] it returns once that commit is durable; the episode stays busy until then.
 //!    A commit made whose sync failed is answered [`CallError::NotConfirmed`] and nothing
-//!    writes it over: the next sync that succeeds makes it durable, and a resend replays it.
+//!    writes it over: a later commit synced makes it durable, and a resend of its task id
+//!    replays it then (answered [`CallError::NotConfirmed`] again while that sync fails).
 //!
 //! [`Coordinator::invoke`] runs every step on the calling thread. An async caller splits them
 //! where threads should change: [`Coordinator::begin`] opens and plans on the caller's own
@@ -275,7 +276,8 @@ struct CallIds {
 /// attempt with the same task id committed.
 enum Opened {
     New(Box<Accepted>),
-    Replayed(CallOutput),
+    /// An earlier attempt's committed result, with the snapshot it was read in.
+    Replayed(CallOutput, usize),
 }
 
 /// A call that may run: prepared, and holding its episode's turn.
@@ -655,7 +657,7 @@ impl Coordinator {
     pub fn begin(&self, call: Call, hold: impl Send + 'static) -> Result<Begun, CallError> {
         let opened = match self.open(call, hold)? {
             Opened::New(opened) => opened,
-            Opened::Replayed(committed) => return Ok(Begun::Replayed(committed)),
+            Opened::Replayed(committed, snapshot) => return Ok(self.replayed(committed, snapshot)),
         };
         let Planned {
             call,
@@ -733,7 +735,7 @@ impl Coordinator {
             // the store says wins once the attempt is resolved.
             Err(CallError::TaskIdReused) => {
                 return match self.previous_attempt(&prepared) {
-                    Ok(Some(done)) => Ok(Opened::Replayed(done)),
+                    Ok(Some((done, snapshot))) => Ok(Opened::Replayed(done, snapshot)),
                     Err(e @ CallError::EffectsUnrecorded { .. }) => Err(e),
                     _ => Err(CallError::TaskIdReused),
                 }
@@ -745,8 +747,8 @@ impl Coordinator {
         // A call that brings no task id gets a minted one (128 random bits), which no earlier
         // attempt can have: the lookup would cost a store read on every such call.
         if prepared.call.task_id.is_some() {
-            if let Some(done) = self.previous_attempt(&prepared)? {
-                return Ok(Opened::Replayed(done));
+            if let Some((done, snapshot)) = self.previous_attempt(&prepared)? {
+                return Ok(Opened::Replayed(done, snapshot));
             }
         }
         self.store
@@ -818,9 +820,12 @@ impl Coordinator {
     }
 
     /// A resent task id: the committed result again, or a refusal; never a second run.
-    fn previous_attempt(&self, p: &Prepared) -> Result<Option<CallOutput>, CallError> {
+    fn previous_attempt(&self, p: &Prepared) -> Result<Option<(CallOutput, usize)>, CallError> {
         let episode = &p.call.session.episode;
-        let Some(state) = self.store.read(|r| task::get(r, episode, &p.task))? else {
+        let (state, snapshot) = self
+            .store
+            .read(|r| Ok::<_, CallError>((task::get(r, episode, &p.task)?, r.snapshot())))?;
+        let Some(state) = state else {
             return Ok(None);
         };
         if state.skill_id != p.call.skill_id || state.input_ref != p.input.hash {
@@ -833,8 +838,29 @@ impl Coordinator {
             }),
             // Nothing ran and nothing was spent; the key stays used.
             TaskPhase::Withdrawn => Err(CallError::Withdrawn),
-            TaskPhase::Committed => self.replay_committed_as(&p.invocation_id, &state).map(Some),
+            TaskPhase::Committed => self
+                .replay_committed_as(&p.invocation_id, &state)
+                .map(|done| Some((done, snapshot))),
         }
+    }
+
+    /// A replay of a committed call, answered once the snapshot that found it is durable: its
+    /// commit's sync may have failed ([`CallError::NotConfirmed`]), and a replay must not say
+    /// committed what a power cut could still take back. Where that wait fails too, the
+    /// resend is answered [`CallError::NotConfirmed`] again.
+    fn replayed(&self, committed: CallOutput, snapshot: usize) -> Begun {
+        let Some(durable) = self.store.until_durable(snapshot) else {
+            return Begun::Replayed(committed);
+        };
+        Begun::Committing(Committing(Box::pin(async move {
+            match durable.await {
+                Ok(()) => Ok(committed),
+                Err(err) => {
+                    tracing::error!(invocation = %committed.invocation_id, "a resend found its call committed, but the store could not make it durable: {err}; it is answered not confirmed again");
+                    Err(CallError::NotConfirmed)
+                }
+            }
+        })))
     }
 
     /// `id`'s committed result again. A resend is checked for `id`, the call resent, as
@@ -1538,7 +1564,7 @@ impl Coordinator {
                 // its sync failed: nothing may write "unrecorded" over it. The next sync that
                 // succeeds makes it durable, and a resend of the same task id replays it.
                 Err(err) if err.committed_not_durable() => {
-                    tracing::error!(invocation = %ids.invocation_id, "the call was committed, but not made durable: {err}; a resend of its task id replays it once a sync succeeds");
+                    tracing::error!(invocation = %ids.invocation_id, "the call was committed, but not made durable: {err}; a resend of its task id replays it once a later commit is synced, and is answered not confirmed while syncs fail");
                     Err(CallError::NotConfirmed)
                 }
                 Ok((committed, output_obj)) => {

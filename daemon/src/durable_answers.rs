@@ -71,7 +71,9 @@ pub async fn hold(State(store): State<Store>, request: Request, next: Next) -> R
 }
 
 /// Wait until the snapshot `snapshot` is durable. A failed wait is logged, not answered: the
-/// writer's failure reaches every caller that writes, and the read itself succeeded.
+/// writer's failure reaches every caller that writes, and the read itself succeeded. A resend
+/// that replays a committed call is not such a read: the coordinator waits for its snapshot
+/// itself and answers it not confirmed when that wait fails.
 pub async fn wait_durable(store: &Store, snapshot: usize) {
     if let Some(durable) = store.until_durable(snapshot) {
         if let Err(err) = durable.await {

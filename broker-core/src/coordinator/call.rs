@@ -190,7 +190,7 @@ pub enum CallError {
     #[error("effects were requested but the invocation was not confirmed committed, and its outcome could not be stored: the effect may have run; check what it changed before sending it again")]
     EffectUnrecordable,
     /// The call's commit was made (its entry is in the log and its task says committed), but
-    /// the store's sync that was to make it durable failed: the next sync that succeeds makes
+    /// the store's sync that was to make it durable failed: a later commit synced makes
     /// it durable, and a resend of the same task id then replays it (only a power cut or the
     /// disk before then can take it back, and the resend then finds the intent open). Never
     /// "send a new task id": the effect ran and was committed. The seed's words for an outcome

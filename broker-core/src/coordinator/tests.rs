@@ -706,6 +706,18 @@ fn an_entry_whose_sync_fails_stays_committed_and_a_resend_replays_it() {
     assert_eq!(journal, Some(Some(OutcomeStatus::Succeeded)));
     assert_eq!(spent, 1);
 
+    // A resend while the store's syncs still fail is not answered as committed: the replay
+    // waits for a commit with a fresh meta page to be synced, and that sync fails too.
+    store.stats().faults.fail_sync(eio());
+    let again = c.invoke(&read_call(&session, "t1", "a.txt"));
+    assert!(matches!(again, Err(CallError::NotConfirmed)), "{again:?}");
+    assert_eq!(handler.0.load(Ordering::SeqCst), 1, "nothing ran again");
+    // Once a sync succeeds, the resend replays it.
+    let replayed = c.invoke(&read_call(&session, "t1", "a.txt")).unwrap();
+    assert!(replayed.replayed);
+    assert_eq!(replayed.entry_index, index);
+    assert!(!store.writes_failing());
+
     // Reopened (its opening syncs the store), a resend replays the entry and runs nothing.
     drop((c, store));
     let store = Store::open(&db, crate::storage::StoreOptions::default()).unwrap();
@@ -784,4 +796,79 @@ fn a_read_beside_its_intent_whose_sync_fails_is_not_lost_with_it() {
     assert!(replayed.replayed);
     assert_eq!(Some(replayed.entry_index), state.entry_index);
     assert_eq!(handler.0.load(Ordering::SeqCst), 1, "nothing ran again");
+}
+
+/// Spends the episode's whole read budget under another invocation, as another writer would
+/// between the broker's decision and the intent, and makes the next sync fail.
+struct SpendsFirst(Store);
+
+impl EffectHandler for SpendsFirst {
+    fn identity(&self) -> HandlerIdentity {
+        HandlerIdentity::in_process("test/spends-first", "0")
+    }
+    fn preflight(&self, _: &EffectRequest<'_>) -> Option<Map<String, Value>> {
+        let intent = journal::Intent {
+            invocation_id: Surface::Mcp.invocation_id("ep", "other"),
+            episode: "ep".into(),
+            effect: "Workspace.Read".into(),
+            scope: "worktree".into(),
+            cost: 10,
+            request_ref: Ref::of(b"other"),
+        };
+        self.0
+            .write(move |w| journal::append_intent(w, &intent, 10))
+            .unwrap();
+        self.0.stats().faults.fail_sync(eio());
+        None
+    }
+    fn execute(&self, _: &EffectRequest<'_>) -> HandlerOutcome {
+        panic!("the budget was spent: the handler must not run")
+    }
+}
+
+/// An intent refused for a budget spent by another writer writes nothing; when its batch's
+/// sync failed it was answered NotDurable all the same, taken for an intent committed, and
+/// its withdrawal found no intent: the caller was told "not committed" and the denial was
+/// never journaled. A step that wrote nothing keeps its own answer: the call is denied.
+#[test]
+fn an_intent_refused_for_a_spent_budget_is_denied_when_its_batchs_sync_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(&dir.path().join("db")).unwrap();
+    let handler = Arc::new(SpendsFirst(store.clone()));
+    let c = coordinator_on(store.clone(), HANDLER_DEADLINE, handler, None);
+    let session = session_of(&c, "ep");
+    let out = c.invoke(&read_call(&session, "t1", "a.txt")).unwrap();
+    assert_eq!(out.effects[0].status, "denied", "{out:?}");
+    let (state, journal, spent) = call_rows(&store, "t1");
+    assert_eq!(state.map(|s| s.phase), Some(TaskPhase::Committed));
+    assert_eq!(journal, None, "no intent was journaled for it");
+    assert_eq!(spent, 10, "the other writer's spend alone");
+}
+
+/// An outcome written alone over a task already committed writes nothing; when its batch's
+/// sync failed it was answered NotDurable, taken for written, and the caller was told of an
+/// effect record never stored. It stays `Committed`: a resend replays the call.
+#[test]
+fn an_unrecorded_outcome_over_a_committed_task_stays_committed_when_the_sync_fails() {
+    let (_dir, c) = coordinator_with(HANDLER_DEADLINE, Arc::new(Counted::default()), None);
+    let session = session_of(&c, "ep");
+    c.invoke(&read_call(&session, "t1", "a.txt")).unwrap();
+    let before = call_rows(c.store(), "t1");
+    let ids = CallIds {
+        invocation_id: Surface::Mcp.invocation_id("ep", "t1"),
+        episode: "ep".into(),
+        task: Surface::Mcp.task_key("t1"),
+        skill_id: "ailang-read".into(),
+        input_ref: before.0.as_ref().unwrap().input_ref,
+    };
+    let record = Object::new(sid::EFFECT_RECORD, "host/broker", b"{}".to_vec());
+    let hash = record.hash;
+    c.store().stats().faults.fail_sync(eio());
+    let recorded = write_unrecorded(c.store(), &ids, OutcomeStatus::Failed, vec![record], hash);
+    assert_eq!(recorded, Unrecorded::Committed);
+    assert_eq!(call_rows(c.store(), "t1"), before);
+    assert_eq!(
+        unrecorded_error(recorded, hash).to_string(),
+        "invocation outcome is not confirmed; resend the same task id"
+    );
 }

@@ -25,6 +25,9 @@ pub(super) struct DurableWaits {
     committed: AtomicUsize,
     /// The newest transaction a failed sync was to make durable.
     failed: AtomicUsize,
+    /// That failed sync's error, for a later sync that proves nothing newer
+    /// ([`DurableWaits::unproven`]).
+    failure: Mutex<Option<StoreError>>,
     waiting: Mutex<Vec<(usize, Told)>>,
 }
 
@@ -76,9 +79,34 @@ impl DurableWaits {
         }
     }
 
+    /// Whether a sync failed for a commit the watermark has not passed since: the writer's next
+    /// batch writes a marker so that its commit writes a fresh meta page
+    /// ([`super::writer::Writer`]).
+    pub(super) fn meta_owed(&self, signal: &CommitSignal) -> bool {
+        self.failed.load(Ordering::Acquire) > signal.durable()
+    }
+
+    /// A sync succeeded for commits up to `newest`: `None` when that proves them durable; the
+    /// error to answer with when `newest` is no newer than a commit whose sync failed. No meta
+    /// page was written since that failure, and one that failed to sync may never reach the
+    /// disk (an fsync failing with EIO can leave its page marked clean, unwritten), so this
+    /// sync proves nothing.
+    pub(super) fn unproven(&self, newest: usize) -> Option<StoreError> {
+        if newest > self.failed.load(Ordering::Acquire) {
+            return None;
+        }
+        let failure = self.failure.lock().unwrap_or_else(PoisonError::into_inner);
+        Some(
+            failure.clone().unwrap_or_else(|| {
+                StoreError::Io("a sync of the store failed before this one".into())
+            }),
+        )
+    }
+
     /// The sync that was to make everything up to `newest` durable failed: who waited for any
     /// of it hears why.
     pub(super) fn failed(&self, newest: usize, err: &StoreError) {
+        *self.failure.lock().unwrap_or_else(PoisonError::into_inner) = Some(err.clone());
         self.failed.fetch_max(newest, Ordering::AcqRel);
         for answer in self.take(|txn_id| txn_id <= newest) {
             answer.send(Err(err.clone()));

@@ -139,11 +139,15 @@ pub enum StoreError {
     #[error("the store's writer thread has stopped")]
     WriterGone,
     /// The write was committed (its rows are in the store, and readers see them), but the sync
-    /// that was to make it durable failed. The next sync that succeeds makes it durable (the
-    /// next commit's, or the one a process opening the store makes); only a power cut or the
-    /// disk itself before then can take it back. Not "nothing was written": a caller that
-    /// journaled something must not act as if it had not.
-    #[error("the write was committed, but the store could not make it durable ({0}); the next sync that succeeds does")]
+    /// that was to make it durable failed. It becomes durable once a later commit that writes a
+    /// fresh meta page is synced (the writer's next batch writes a marker for it, even one with
+    /// nothing else to write; a process opening the store syncs what it finds): a sync that
+    /// follows no new meta page proves nothing, since the failed one may have left the meta page
+    /// marked clean but unwritten. Until then a power cut or the disk itself can take it back.
+    /// Only an operation that wrote something is answered so: one that wrote nothing keeps its
+    /// own result. Not "nothing was written": a caller that journaled something must not act as
+    /// if it had not.
+    #[error("the write was committed, but the store could not make it durable ({0}); a later commit synced makes it durable")]
     NotDurable(Box<StoreError>),
     /// A bug, never an input: the operation's writes were undone, the rest of its group commit
     /// committed, and the writer went on.
@@ -350,6 +354,11 @@ pub struct WriteCtx<'a, 't> {
     tail_claimed: bool,
     /// The log row this operation appended ([`WriteCtx::note_log_row`]).
     log_row: Option<LogTip>,
+    /// This operation wrote something (a put, append or delete), or asked to be answered as if
+    /// it had ([`WriteCtx::answer_as_written`]): only such an operation is answered
+    /// [`StoreError::NotDurable`] when its batch's sync fails. One that wrote nothing keeps its
+    /// own result (a budget found spent, a task found committed): nothing of it waits for a sync.
+    wrote: bool,
 }
 
 /// The log's newest row as its key and world ref (`None` when the row does not decode): what
@@ -434,7 +443,24 @@ impl<'a, 't> WriteCtx<'a, 't> {
             fresh: Vec::new(),
             tail_claimed: false,
             log_row: None,
+            wrote: false,
         }
+    }
+
+    /// Remember that this operation wrote to the transaction ([`WriteCtx::wrote`]).
+    pub(crate) fn note_wrote(&mut self) {
+        self.wrote = true;
+    }
+
+    /// Answer this operation as one that wrote, though it may write nothing: its answer is
+    /// about durability itself ([`Store::until_durable`]'s write), so a failed sync must reach it.
+    pub(crate) fn answer_as_written(&mut self) {
+        self.wrote = true;
+    }
+
+    /// Whether this operation wrote anything (or asked to be answered as if it had).
+    pub(super) fn wrote(&self) -> bool {
+        self.wrote
     }
 
     /// Remember that this operation appended the log row `index`, holding `world_ref`.
@@ -1014,7 +1040,7 @@ fn check_or_upgrade_version(
 /// Write the store's schema stamp in `meta` (its meta table) again, unchanged: one page
 /// written and synced, nothing else touched. [`Store::watch`]'s look at a disk that refused
 /// the last writes.
-fn restamp(w: &mut WriteCtx<'_, '_>, meta: RawDb) -> Result<(), StoreError> {
+pub(super) fn restamp(w: &mut WriteCtx<'_, '_>, meta: RawDb) -> Result<(), StoreError> {
     let map_size = w.map_size;
     let heed = |e| StoreError::from_heed(e, map_size);
     let stamp = meta
@@ -1024,6 +1050,7 @@ fn restamp(w: &mut WriteCtx<'_, '_>, meta: RawDb) -> Result<(), StoreError> {
         .ok_or_else(|| {
             StoreError::Corrupt(format!("its {META_TABLE} table has no {VERSION_KEY} key"))
         })?;
+    w.wrote = true;
     meta.put(w.txn, VERSION_KEY.as_bytes(), &stamp)
         .map_err(heed)
 }
@@ -1261,6 +1288,7 @@ impl Store {
                 follow_wait: follow_wait.clone(),
                 resident: resident.clone(),
                 log_tip: std::cell::Cell::new(log_tip),
+                meta,
             },
             receiver,
         )?;
@@ -1565,7 +1593,10 @@ impl Store {
         match self.inner.waits.wait_for(txn_id, &self.inner.committed) {
             Wait::Durable => None,
             Wait::Sync(sync) => Some(sync),
-            Wait::NotOurs => Some(self.submit(|_: &mut WriteCtx<'_, '_>| Ok::<(), StoreError>(()))),
+            Wait::NotOurs => Some(self.submit(|w: &mut WriteCtx<'_, '_>| {
+                w.answer_as_written();
+                Ok::<(), StoreError>(())
+            })),
         }
     }
 
@@ -1648,6 +1679,7 @@ impl Store {
             reply,
             map_size: self.inner.map_size,
             followed,
+            wrote: false,
         });
         let Ok(guard) = self.inner.sender.lock() else {
             return Submitted::failed(StoreError::WriterGone.into());

@@ -256,6 +256,7 @@ impl<K: 'static, V: 'static> Table<K, V> {
         V: BytesEncode<'a>,
     {
         let err = w.err();
+        w.note_wrote();
         self.db(w.dbs)?.put(w.txn, key, value).map_err(err)
     }
 
@@ -271,6 +272,7 @@ impl<K: 'static, V: 'static> Table<K, V> {
         V: BytesEncode<'a>,
     {
         let err = w.err();
+        w.note_wrote();
         self.db(w.dbs)?
             .put_with_flags(w.txn, PutFlags::APPEND, key, value)
             .map_err(err)
@@ -296,7 +298,10 @@ impl<K: 'static, V: 'static> Table<K, V> {
             key,
             value,
         ) {
-            Ok(()) => Ok(true),
+            Ok(()) => {
+                w.note_wrote();
+                Ok(true)
+            }
             Err(heed::Error::Mdb(heed::MdbError::KeyExist)) => Ok(false),
             Err(e) => Err(err(e)),
         }
@@ -305,6 +310,7 @@ impl<K: 'static, V: 'static> Table<K, V> {
     /// Remove every row (the table's pages go to the free list).
     pub(crate) fn clear(&self, w: &mut WriteCtx<'_, '_>) -> Result<(), StoreError> {
         let err = w.err();
+        w.note_wrote();
         self.db(w.dbs)?.clear(w.txn).map_err(err)
     }
 
@@ -318,6 +324,10 @@ impl<K: 'static, V: 'static> Table<K, V> {
         K: BytesEncode<'a>,
     {
         let err = w.err();
-        self.db(w.dbs)?.delete(w.txn, key).map_err(err)
+        let deleted = self.db(w.dbs)?.delete(w.txn, key).map_err(err)?;
+        if deleted {
+            w.note_wrote();
+        }
+        Ok(deleted)
     }
 }

@@ -27,6 +27,7 @@ fn job(object: Object, fail: bool, runs: Arc<AtomicUsize>, map_size: usize) -> (
         reply,
         map_size,
         followed: false,
+        wrote: false,
     });
     (job, Submitted::queued(pending))
 }
@@ -57,6 +58,7 @@ fn writer_of(inner: &Inner) -> Writer {
             .unwrap(),
         ),
         tip_of: crate::log::tip,
+        meta: inner.meta,
     }
 }
 
@@ -462,7 +464,7 @@ fn a_commit_whose_sync_fails_is_answered_committed_but_not_durable() {
     assert!(!eio.committed_not_durable());
     assert_eq!(
         not_durable.to_string(),
-        "the write was committed, but the store could not make it durable (store I/O error: Input/output error (os error 5)); the next sync that succeeds does"
+        "the write was committed, but the store could not make it durable (store I/O error: Input/output error (os error 5)); a later commit synced makes it durable"
     );
     assert!(store.writes_failing());
     let stored = |store: &Store| -> Vec<bool> {
@@ -481,6 +483,59 @@ fn a_commit_whose_sync_fails_is_answered_committed_but_not_durable() {
     drop(store);
     let store = Store::open(&db, StoreOptions::default()).unwrap();
     assert_eq!(stored(&store), [true, false, true]);
+}
+
+/// After a failed sync, a write with nothing in it committed no meta page (LMDB skips a
+/// transaction without changes), so the next sync that succeeded "made durable" a commit whose
+/// own meta page the failed fsync may have left marked clean but unwritten, and raised the
+/// watermark past it. The writer's next batch writes a marker: its commit writes a fresh meta
+/// page, and only that page's sync is credited. While it fails too, the wait is told so.
+#[test]
+fn after_a_failed_sync_an_empty_wait_is_credited_only_by_a_fresh_meta_page_synced() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(&dir.path().join("db")).unwrap();
+    let eio = StoreError::Io("Input/output error (os error 5)".into());
+    let not_durable = StoreError::NotDurable(Box::new(eio.clone()));
+    let object = Object::new("world/test/v1", "t", b"unsynced".to_vec());
+    store.stats().faults.fail_sync(eio.clone());
+    let put = object.clone();
+    assert_eq!(
+        store.write(move |w| w.put_object(&put).map(|_| ())),
+        Err(not_durable.clone())
+    );
+    let failed = store.inner.env.info().last_txn_id;
+    assert!(store.commit_signal().durable() < failed);
+    // The wait's batch has the marker; its sync fails as well: not credited, and told.
+    store.stats().faults.fail_sync(eio.clone());
+    let wait = store.until_durable(failed).expect("not durable: it waits");
+    assert_eq!(wait.wait(), Err(not_durable.clone()));
+    assert_eq!(store.inner.env.info().last_txn_id, failed + 1, "the marker");
+    assert!(store.commit_signal().durable() < failed);
+    // The next one's marker commits a fresh meta page whose sync succeeds: credited.
+    let wait = store.until_durable(failed).expect("not durable: it waits");
+    assert_eq!(wait.wait(), Ok(()));
+    let marked = store.inner.env.info().last_txn_id;
+    assert_eq!(marked, failed + 2, "a fresh meta page was written");
+    assert_eq!(store.commit_signal().durable(), marked);
+    assert!(store.until_durable(failed).is_none());
+    // No marker is owed any more: an empty write commits nothing.
+    store.write(|_| Ok::<(), StoreError>(())).unwrap();
+    assert_eq!(store.inner.env.info().last_txn_id, marked);
+    assert!(store.read(|r| r.object(&object.hash)).unwrap().is_some());
+}
+
+/// A sync that succeeds for commits no newer than one whose sync failed proves nothing: it is
+/// not credited, and its waiters hear the failure.
+#[test]
+fn a_sync_that_follows_no_fresh_meta_page_is_not_credited() {
+    use super::durable_waits::DurableWaits;
+    let waits = DurableWaits::default();
+    assert_eq!(waits.unproven(7), None);
+    let eio = StoreError::Io("Input/output error (os error 5)".into());
+    waits.failed(7, &eio);
+    assert_eq!(waits.unproven(7), Some(eio.clone()));
+    assert_eq!(waits.unproven(6), Some(eio));
+    assert_eq!(waits.unproven(8), None);
 }
 
 #[test]

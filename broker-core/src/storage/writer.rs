@@ -69,6 +69,9 @@ pub(super) struct Write<F, R, E> {
     pub(super) reply: Answer<Result<R, E>>,
     pub(super) map_size: usize,
     pub(super) followed: bool,
+    /// Its last run wrote something ([`WriteCtx::wrote`]): only then is a failed sync its
+    /// answer.
+    pub(super) wrote: bool,
 }
 
 impl<F, R, E> Operation for Write<F, R, E>
@@ -81,13 +84,15 @@ where
         let result = guarded(|| (self.op)(ctx));
         let ok = result.is_ok();
         self.result = Some(result);
+        self.wrote = ctx.wrote();
         ok
     }
 
     fn run_nested(&mut self, ctx: &mut WriteCtx<'_, '_>) -> bool {
-        let result = run_nested(ctx, &mut self.op, self.map_size);
+        let (result, wrote) = run_nested(ctx, &mut self.op, self.map_size);
         let ok = result.is_ok();
         self.result = Some(result);
+        self.wrote = wrote;
         ok
     }
 
@@ -101,11 +106,20 @@ where
 
     fn answer(self: Box<Self>, commit_error: Option<&StoreError>) {
         let Write {
-            op, result, reply, ..
+            op,
+            result,
+            reply,
+            wrote,
+            ..
         } = *self;
         // What the operation captured goes before its caller hears of it.
         drop(op);
         let answer = match (commit_error, result) {
+            // A failed sync leaves what an operation wrote committed, not durable; one that
+            // wrote nothing has nothing waiting for that sync, and its result (a spend
+            // refused, a task found committed) stands: answered NotDurable it would be taken
+            // for a write that was made.
+            (Some(e), Some(Ok(v))) if e.committed_not_durable() && !wrote => Ok(v),
             (Some(e), Some(Ok(_))) => Err(E::from(e.clone())),
             (_, Some(r)) => r,
             (_, None) => Err(E::from(StoreError::WriterGone)),
@@ -265,30 +279,32 @@ fn run_nested<R, E>(
     ctx: &mut WriteCtx<'_, '_>,
     op: &mut impl for<'a, 't> FnMut(&mut WriteCtx<'a, 't>) -> Result<R, E>,
     map_size: usize,
-) -> Result<R, E>
+) -> (Result<R, E>, bool)
 where
     E: From<StoreError>,
 {
     let (dbs, state, env) = (ctx.dbs, ctx.state, ctx.env);
-    let mut nested = env
-        .nested_write_txn(ctx.txn)
-        .map_err(|e| StoreError::from_heed(e, map_size))?;
+    let mut nested = match env.nested_write_txn(ctx.txn) {
+        Ok(nested) => nested,
+        Err(e) => return (Err(StoreError::from_heed(e, map_size).into()), false),
+    };
     let mut inner = WriteCtx::new(&mut nested, dbs, state, env, map_size);
     let result = guarded(|| op(&mut inner));
     let log_row = inner.log_row();
+    let wrote = inner.wrote();
     match result {
         Ok(v) => {
-            nested
-                .commit()
-                .map_err(|e| StoreError::from_heed(e, map_size))?;
+            if let Err(e) = nested.commit() {
+                return (Err(StoreError::from_heed(e, map_size).into()), false);
+            }
             if let Some((index, Some(world_ref))) = log_row {
                 ctx.note_log_row(index, world_ref);
             }
-            Ok(v)
+            (Ok(v), wrote)
         }
         Err(e) => {
             nested.abort();
-            Err(e)
+            (Err(e), false)
         }
     }
 }
@@ -312,6 +328,9 @@ pub(super) struct Writer {
     pub(super) log_tip: std::cell::Cell<Option<super::LogTip>>,
     /// How the layout reads the log's newest row ([`super::Layout::log_tip`]).
     pub(super) tip_of: super::TipReader,
+    /// The meta table, for the marker a batch writes after a failed sync
+    /// ([`DurableWaits::meta_owed`]); `None` on a read-only store.
+    pub(super) meta: Option<RawDb>,
 }
 
 impl Writer {
@@ -551,6 +570,7 @@ impl Writer {
                 }
             }
         }
+        self.mark_after_failed_sync(&mut held.txn);
         let built = Instant::now();
         let Held { txn, _shared } = held;
         let outcome = self.commit(txn);
@@ -713,6 +733,23 @@ impl Writer {
         }
     }
 
+    /// After a failed sync, write a marker (the schema stamp, as it is) in `txn`: a batch that
+    /// wrote nothing else commits no meta page (LMDB skips a transaction without changes), and
+    /// a sync that succeeds then proves nothing of the commit whose sync failed (its meta page
+    /// may never have reached the disk: an fsync that failed with EIO can leave it marked clean
+    /// but unwritten). The marker's commit writes a fresh meta page, whose tree holds every
+    /// commit before it; its sync succeeding makes them durable ([`Durability::settle`]).
+    fn mark_after_failed_sync(&self, txn: &mut RwTxn<'_>) {
+        let Some(meta) = self.meta else { return };
+        if !self.waits.meta_owed(&self.signal) {
+            return;
+        }
+        let mut ctx = WriteCtx::new(txn, &self.dbs, &self.state, &self.env, self.map_size);
+        if let Err(err) = super::restamp(&mut ctx, meta) {
+            tracing::warn!(error = %err, "store writer could not write the marker that makes its commits durable again after a failed sync");
+        }
+    }
+
     /// Commit a batch's (or a part's) transaction: its pages synced, its meta page written.
     fn commit(&self, txn: RwTxn<'_>) -> Result<(), StoreError> {
         #[cfg(test)]
@@ -768,14 +805,22 @@ struct Durability {
 impl Durability {
     /// Sync once for every committed batch of `settled`, then answer them all: each
     /// operation's own result when the sync succeeded; otherwise, for an operation that
-    /// succeeded, [`StoreError::NotDurable`] with the sync's error (its writes are committed:
-    /// readers see them, and the next sync that succeeds makes them durable).
+    /// succeeded and wrote, [`StoreError::NotDurable`] with the sync's error (its writes are
+    /// committed: readers see them, and a later commit synced makes them durable). A sync after
+    /// a failed one credits nothing until a batch has written a fresh meta page
+    /// ([`DurableWaits::unproven`]).
     fn settle(&self, settled: Vec<Settled>) {
         let newest = settled
             .iter()
             .filter_map(|s| s.outcome.as_ref().ok().copied().flatten())
             .max();
-        let synced = newest.map(|txn_id| self.sync().map(|()| txn_id));
+        let synced = newest.map(|txn_id| {
+            self.sync().and_then(|()| {
+                // A sync proves only the meta pages written since the last one failed: a batch
+                // that wrote none (its id no newer than that failure's) is not credited.
+                self.waits.unproven(txn_id).map_or(Ok(txn_id), Err)
+            })
+        });
         if let Some(Ok(txn_id)) = synced {
             self.waits.made_durable(&self.signal, txn_id);
             // Once per sync, never for a rebuilt pass or a failed commit: followers of the
