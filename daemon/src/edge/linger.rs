@@ -10,7 +10,10 @@
 //! `Content-Length` at most [`LINGER_BYTES`] past what was read), that remainder is read and
 //! dropped, within [`LINGER_TIME`], before the answer goes out. Large or chunked remainders
 //! are not waited for: an attacker declaring megabytes gets its answer and a closed
-//! connection at once, as before.
+//! connection at once, as before. A chunked remainder could be a chunk-size line of endless
+//! `0`s, which delivers no byte that [`LINGER_BYTES`] counts; it has no declared length even
+//! with a `Content-Length` beside its `Transfer-Encoding: chunked` (the HTTP layer removes that
+//! header), so it is never drained here.
 //!
 //! A request that carries `Expect: 100-continue` and whose body the route never asked for is
 //! different: its client is not sending (it waits for `100 Continue`, which hyper sends on the
