@@ -25,7 +25,7 @@
 //!    is journaled or spent, and its task id stays free. An intent committed whose sync failed
 //!    ([`crate::store::StoreError::NotDurable`]) is not taken for one never written: its
 //!    handler is not started, it is closed withdrawn with its units given back, and the caller
-//!    is answered [`CallError::NotStarted`];
+//!    is answered [`CallError::IntentNotDurable`];
 //! 3. **execute** the handler, then the tool's finish function when it has one (plugin code
 //!    too), both under the handler's deadline ([`crate::deadline`]). A handler is never started
 //!    with its deadline already due (under a millisecond left, which a plugin would read as no
@@ -832,7 +832,7 @@ impl Coordinator {
             return Err(CallError::TaskIdReused);
         }
         match state.phase {
-            TaskPhase::Pending => Err(CallError::NotCommitted),
+            TaskPhase::Pending => Err(CallError::KeyPending),
             TaskPhase::Unrecorded => Err(CallError::EffectsUnrecorded {
                 records: state.effect_records,
             }),
@@ -1065,7 +1065,7 @@ impl Coordinator {
                     overruns: self.overruns.clone(),
                 };
                 return Err(if late.not_durable(busy, &err) {
-                    CallError::NotStarted
+                    CallError::IntentNotDurable
                 } else {
                     CallError::NotCommitted
                 });

@@ -175,7 +175,7 @@ fn crash_at_named_points() {
                 assert_eq!(pending[0].intent.invocation_id, id);
                 assert_eq!(head, head_before, "{point}: nothing may be half-committed");
                 let err = resend.unwrap_err();
-                assert!(matches!(err, CallError::NotCommitted), "{point}: {err}");
+                assert!(matches!(err, CallError::KeyPending), "{point}: {err}");
             }
         }
         assert_eq!(handler.runs(), 0, "{point}: the effect ran again");

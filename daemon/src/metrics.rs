@@ -216,7 +216,8 @@ pub fn free_kind(result: &Result<CallOutput, CallError>) -> Option<&'static str>
         Err(CallError::NoHandler | CallError::NoWorktree(_)) => Some("no_handler"),
         Err(CallError::NoWorld) => Some("no_world"),
         Err(CallError::TaskIdReused) => Some("key_reused"),
-        Err(CallError::NotCommitted) => Some("key_pending"),
+        // Only a resend: a first call answered NotCommitted may hold an intent and its units.
+        Err(CallError::KeyPending) => Some("key_pending"),
         Err(CallError::Withdrawn) => Some("key_withdrawn"),
         Err(_) => None,
     }
@@ -786,6 +787,16 @@ fn escape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A first call answered NotCommitted (its withdrawal could not be written: an intent
+    /// open, its units spent) was throttled as a resend of a pending key, which stores
+    /// nothing. Only the resend (`KeyPending`) is.
+    #[test]
+    fn only_a_resend_of_a_pending_key_is_free_not_a_first_call_not_committed() {
+        assert_eq!(free_kind(&Err(CallError::KeyPending)), Some("key_pending"));
+        assert_eq!(free_kind(&Err(CallError::NotCommitted)), None);
+        assert_eq!(free_kind(&Err(CallError::IntentNotDurable)), None);
+    }
 
     /// The trips were a map behind a lock keyed by each limit's label, with the plugin log's
     /// drops in a counter of their own that both readers added in: one counter per variant

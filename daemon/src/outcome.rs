@@ -135,6 +135,13 @@ impl Outcome {
         Outcome::new(Kind::Refused, "busy", true)
     }
 
+    /// Nothing ran and nothing stays spent: the call's intent was committed but the store could
+    /// not make it durable, so it was withdrawn before its handler started. Retryable under a
+    /// new key once the store's writes succeed again.
+    pub fn store_not_durable() -> Outcome {
+        Outcome::new(Kind::Refused, "store", true)
+    }
+
     /// Nothing ran: the store is past its reserve until an operator makes room.
     pub fn store_full() -> Outcome {
         Outcome::new(Kind::Refused, "store-full", false)
@@ -189,9 +196,12 @@ pub fn of_failure(f: &InvokeFailure) -> Option<Outcome> {
             CallError::TaskIdReused => Outcome::key_conflict(),
             CallError::RefusalRate => Outcome::refusal_rate(),
             CallError::StoreFull(_) => Outcome::store_full(),
-            CallError::NotCommitted | CallError::EffectUnrecordable => {
+            CallError::NotCommitted | CallError::KeyPending | CallError::EffectUnrecordable => {
                 Outcome::indeterminate("pending")
             }
+            // Its intent withdrawn before the handler started, for the store's sync, not a
+            // deadline.
+            CallError::IntentNotDurable => Outcome::store_not_durable(),
             CallError::EffectsUnrecorded { .. } => Outcome::indeterminate("unrecorded"),
             // Committed, only the store's sync failing: the host's fault, and a resend of the
             // same key replays the call once a sync succeeds.
@@ -395,6 +405,23 @@ mod tests {
         );
         let o = of_failure(&InvokeFailure::Call(CallError::HandlerTimedOut)).unwrap();
         assert_eq!(o.kind, Kind::Indeterminate);
+    }
+
+    /// An intent withdrawn because the store could not make it durable was classified as a
+    /// deadline (`refused` / `deadline`), though no deadline passed: it is the store's, and a
+    /// resend of a pending key stays `pending`.
+    #[test]
+    fn an_intent_the_store_could_not_make_durable_is_refused_for_the_store_not_a_deadline() {
+        let o = of_failure(&InvokeFailure::Call(CallError::IntentNotDurable)).unwrap();
+        assert_eq!(
+            o.to_json(),
+            serde_json::json!({"kind": "refused", "reason": "store", "retryable": true})
+        );
+        let o = of_failure(&InvokeFailure::Call(CallError::KeyPending)).unwrap();
+        assert_eq!(
+            o.to_json(),
+            serde_json::json!({"kind": "indeterminate", "reason": "pending", "retryable": false})
+        );
     }
 
     #[test]

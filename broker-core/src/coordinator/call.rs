@@ -162,8 +162,21 @@ pub enum CallError {
     PinMismatch,
     #[error("task id already used in this session")]
     TaskIdReused,
+    /// The call is known not committed, and its intent may stay open with its units spent (its
+    /// withdrawal could not be written): a first attempt's answer.
     #[error("invocation was not committed; send a new task id")]
     NotCommitted,
+    /// A resend whose key's first call is pending (its intent open, no outcome): the same
+    /// words as [`CallError::NotCommitted`], its own variant because only a resend stores and
+    /// spends nothing (the daemon throttles its log lines as it does a reused key's).
+    #[error("invocation was not committed; send a new task id")]
+    KeyPending,
+    /// The call's intent was committed, but the store could not make it durable (its sync
+    /// failed): the handler was never started, the intent is closed withdrawn with its units
+    /// given back, and the call is not committed (its task `withdrawn`, its key used). Known not
+    /// committed, for the store's fault, not a deadline: the seed's words for that.
+    #[error("invocation was not committed; send a new task id")]
+    IntentNotDurable,
     #[error("{R8_MESSAGE}")]
     NoHandler,
     /// Rule R8 for a worktree-scoped effect: the handler is loaded, but the episode has no

@@ -579,7 +579,7 @@ fn an_outcome_the_store_cannot_take_after_a_failed_commit_names_no_record() {
     );
     // The resend finds the intent open, as a crash leaves one.
     let again = c.invoke(&read_call(&session, "t1", "big-1000000"));
-    assert!(matches!(again, Err(CallError::NotCommitted)), "{again:?}");
+    assert!(matches!(again, Err(CallError::KeyPending)), "{again:?}");
     // A call whose output fits is served as ever.
     let fits = c.invoke(&read_call(&session, "t2", "big-10")).unwrap();
     assert_eq!(fits.effects[0].status, "ok");
@@ -626,7 +626,7 @@ fn call_rows(store: &Store, task: &str) -> (Option<TaskState>, Option<Option<Out
 /// if nothing had been written: nothing closed it, so after the next sync it stayed durable,
 /// its unit spent and its task pending for good (a resend answered "not committed", and the
 /// unit never came back). The handler is not started; the intent is closed withdrawn, its
-/// unit given back, and the caller told `NotStarted`.
+/// unit given back, and the caller told `IntentNotDurable` (known not committed, never a deadline).
 #[test]
 fn an_intent_whose_sync_fails_is_withdrawn_and_its_handler_never_started() {
     let dir = tempfile::tempdir().unwrap();
@@ -637,7 +637,15 @@ fn an_intent_whose_sync_fails_is_withdrawn_and_its_handler_never_started() {
     let session = session_of(&c, "ep");
     store.stats().faults.fail_sync(eio());
     let answer = c.invoke(&read_call(&session, "t1", "a.txt"));
-    assert!(matches!(answer, Err(CallError::NotStarted)), "{answer:?}");
+    assert!(
+        matches!(answer, Err(CallError::IntentNotDurable)),
+        "{answer:?}"
+    );
+    // Known not committed, for the store, not a deadline: the seed's words.
+    assert_eq!(
+        answer.unwrap_err().to_string(),
+        "invocation was not committed; send a new task id"
+    );
     assert_eq!(handler.0.load(Ordering::SeqCst), 0, "the handler never ran");
     let (state, journal, spent) = call_rows(&store, "t1");
     assert_eq!(state.map(|s| s.phase), Some(TaskPhase::Withdrawn));

@@ -268,6 +268,18 @@ mod tests {
         );
     }
 
+    /// An intent whose sync failed was withdrawn before its handler started and told
+    /// "invocation exceeded its deadline", though no deadline passed: it is known not
+    /// committed, in the seed's words for that.
+    #[test]
+    fn an_intent_the_store_could_not_make_durable_is_not_told_of_a_deadline() {
+        let (code, text) = error_text(InvokeFailure::Call(CallError::IntentNotDurable));
+        assert_eq!(
+            (code, text.as_str()),
+            (-32603, "invocation was not committed; send a new task id")
+        );
+    }
+
     /// A call whose effect ran and whose outcome the store could not take was told "invocation
     /// was not committed; send a new task id": an agent doing so ran its write twice. It is
     /// told that the effect may have run, and counted `unrecorded`.

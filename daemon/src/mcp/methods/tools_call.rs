@@ -329,7 +329,7 @@ async fn keyed_error(
                 )
             }
         }
-        CallError::NotCommitted => (
+        CallError::NotCommitted | CallError::KeyPending => (
             INTERNAL_ERROR,
             format!("idempotency key {q}: the first call with this key was not confirmed committed and its effect may have run; {reconcile}"),
             Outcome::indeterminate("pending"),
@@ -375,7 +375,8 @@ async fn keyed_error(
     // unlogged since. An effect that ran and was not committed is logged every time.
     let free = match error {
         CallError::TaskIdReused => Some("mcp_key_reused"),
-        CallError::NotCommitted => Some("mcp_key_pending"),
+        // Only a resend: a first call answered NotCommitted may hold an intent and its units.
+        CallError::KeyPending => Some("mcp_key_pending"),
         CallError::Withdrawn => Some("mcp_key_withdrawn"),
         _ => None,
     };
