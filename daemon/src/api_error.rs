@@ -138,7 +138,7 @@ impl ApiError {
     /// A write that failed in the store: "disk full" and a full map are 507, the rest 500.
     pub fn from_store_write(context: &str, e: StoreError) -> ApiError {
         match e {
-            StoreError::DiskFull(_) => {
+            e if e.is_disk_full() => {
                 tracing::error!("{context}: {e}");
                 ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "DiskFull", e.to_string())
             }
@@ -147,6 +147,32 @@ impl ApiError {
                 ApiError::store_full()
             }
             other => ApiError::internal(context, other),
+        }
+    }
+}
+
+impl ApiError {
+    /// An operator's commit that was made (its entry is in the log, the head moved) but that
+    /// the store could not make durable ([`StoreError::NotDurable`]): not a failed commit. A
+    /// sync failing for room is 507 `DiskFull`, as the disk-full row says, the rest 500
+    /// `NotDurable`; both say the commit was made and how to confirm it (the same body with
+    /// its `invocationId` answers 200 and the same head once it is durable).
+    pub fn commit_not_durable(e: &StoreError) -> ApiError {
+        tracing::error!("commit: {e}");
+        const MADE: &str = "the commit was made and the head moved, but it is not yet durable; send the same body with its invocationId again to confirm it";
+        match e {
+            StoreError::NotDurable(why) if why.is_disk_full() => ApiError::new(
+                StatusCode::INSUFFICIENT_STORAGE,
+                "DiskFull",
+                format!("{why}: {MADE} once the store has room"),
+            ),
+            _ => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "NotDurable",
+                format!(
+                    "the store could not sync its disk: {MADE} once the store's writes succeed"
+                ),
+            ),
         }
     }
 }
@@ -183,5 +209,42 @@ impl From<StoreError> for ApiError {
 impl From<LogError> for ApiError {
     fn from(e: LogError) -> Self {
         ApiError::internal("log", e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An operator's commit made whose sync failed fell to 500 "internal store failure", and
+    /// one whose sync failed for room lost its 507: it says the commit was made, and a sync
+    /// that failed for room is 507 `DiskFull` as before.
+    #[test]
+    fn a_commit_made_but_not_durable_says_so_and_a_full_disk_stays_507() {
+        let full = StoreError::DiskFull("No space left on device (os error 28)".into());
+        let e = ApiError::commit_not_durable(&StoreError::NotDurable(Box::new(full.clone())));
+        assert_eq!(
+            (e.status, e.class),
+            (StatusCode::INSUFFICIENT_STORAGE, "DiskFull")
+        );
+        assert_eq!(
+            e.message,
+            "disk full: the store's filesystem has no space left (No space left on device (os error 28)): the commit was made and the head moved, but it is not yet durable; send the same body with its invocationId again to confirm it once the store has room"
+        );
+        let eio = StoreError::Io("Input/output error (os error 5)".into());
+        let e = ApiError::commit_not_durable(&StoreError::NotDurable(Box::new(eio)));
+        assert_eq!(
+            (e.status, e.class),
+            (StatusCode::INTERNAL_SERVER_ERROR, "NotDurable")
+        );
+        assert_eq!(
+            e.message,
+            "the store could not sync its disk: the commit was made and the head moved, but it is not yet durable; send the same body with its invocationId again to confirm it once the store's writes succeed"
+        );
+        let e = ApiError::from_store_write("commit", StoreError::NotDurable(Box::new(full)));
+        assert_eq!(
+            (e.status, e.class),
+            (StatusCode::INSUFFICIENT_STORAGE, "DiskFull")
+        );
     }
 }

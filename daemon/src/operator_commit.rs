@@ -147,6 +147,11 @@ async fn commit_checked(
             ApiError::bad_request(e.to_string()),
         )),
         Err(e @ CommitError::Budget { .. }) => Err(Refusal::forbidden("budget", e.to_string())),
+        // Made, only its sync failing: the head moved, so it is counted accepted, and the
+        // answer says so rather than "internal store failure".
+        Err(CommitError::Store(e)) if e.committed_not_durable() => {
+            Err(Refusal::new("accepted", ApiError::commit_not_durable(&e)))
+        }
         Err(CommitError::Store(e)) => Err(Refusal::new(
             "store",
             ApiError::from_store_write("commit", e),
