@@ -1056,14 +1056,7 @@ impl Coordinator {
             // intent stays open with its units spent: not confirmed committed, as a resend
             // finds it.
             Err(err) if err.committed_not_durable() => {
-                let late = LateCall {
-                    store: self.store.clone(),
-                    ids: p.ids(),
-                    effect: effect.clone(),
-                    budget_before,
-                    request_ref: request.hash,
-                    overruns: self.overruns.clone(),
-                };
+                let late = self.late_call(p.ids(), &effect, budget_before, request.hash);
                 return Err(if late.not_durable(busy, &err) {
                     CallError::IntentNotDurable
                 } else {
@@ -1209,6 +1202,25 @@ impl Coordinator {
         })
     }
 
+    /// What closes the call of `ids` whose intent for `effect` was journaled, when its handler
+    /// cannot start or does not return in time ([`LateCall`]).
+    fn late_call(
+        &self,
+        ids: CallIds,
+        effect: &Arc<PlannedEffect>,
+        budget_before: u64,
+        request_ref: Ref,
+    ) -> LateCall {
+        LateCall {
+            store: self.store.clone(),
+            ids,
+            effect: effect.clone(),
+            budget_before,
+            request_ref,
+            overruns: self.overruns.clone(),
+        }
+    }
+
     /// One call into `handler` for this effect, and when its caller stops waiting: the
     /// configured handler deadline, or the caller's own `until` if that comes first.
     fn handler_job(
@@ -1328,14 +1340,7 @@ impl Coordinator {
                 };
                 let (job, deadline) =
                     self.handler_job(&p, handler, &effect, wait.until, finish_job);
-                let late = LateCall {
-                    store: self.store.clone(),
-                    ids: p.ids(),
-                    effect: effect.clone(),
-                    budget_before,
-                    request_ref: request.hash,
-                    overruns: self.overruns.clone(),
-                };
+                let late = self.late_call(p.ids(), &effect, budget_before, request.hash);
                 if is_due(deadline) {
                     // The deadline passed while the intent was on its way to the disk (a store
                     // slower than the margin `time_to_start` leaves). The handler is never

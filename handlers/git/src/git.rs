@@ -345,6 +345,20 @@ fn join(handle: JoinHandle<Captured>) -> Captured {
 mod tests {
     use super::*;
 
+    /// `program` run as git under `dir` (its state and home), on the test's `PATH`.
+    fn git_in(program: PathBuf, dir: &Path) -> Git {
+        Git::new(
+            program,
+            std::env::var_os("PATH"),
+            dir.into(),
+            dir.into(),
+            Author {
+                name: "T".into(),
+                email: "t@example.invalid".into(),
+            },
+        )
+    }
+
     #[test]
     fn a_capture_keeps_its_cap_and_counts_all_it_read() {
         let mut listing = b"a\0".repeat(MAX_CAPTURE / 2);
@@ -402,16 +416,7 @@ mod tests {
         )
         .unwrap();
         std::fs::set_permissions(&probe, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let git = Git::new(
-            probe,
-            std::env::var_os("PATH"),
-            tmp.path().into(),
-            tmp.path().into(),
-            Author {
-                name: "T".into(),
-                email: "t@example.invalid".into(),
-            },
-        );
+        let git = git_in(probe, tmp.path());
         let place = Place {
             cwd: tmp.path(),
             ceiling: Some(tmp.path()),
@@ -459,16 +464,7 @@ mod tests {
         let dir = worktree::open(&ep).unwrap();
         std::fs::rename(&ep, tmp.path().join("ep.moved")).unwrap();
         std::os::unix::fs::symlink(&outside, &ep).unwrap();
-        let git = Git::new(
-            "git".into(),
-            std::env::var_os("PATH"),
-            tmp.path().into(),
-            tmp.path().into(),
-            Author {
-                name: "T".into(),
-                email: "t@example.invalid".into(),
-            },
-        );
+        let git = git_in("git".into(), tmp.path());
         // `git hash-object mark` needs no repository: the id of the mark where git runs.
         let hash = |place: &Place<'_>| {
             let out = git
