@@ -685,6 +685,27 @@ impl GitHandler {
             return None;
         }
         let err = std::fs::metadata(named).err()?;
+        // `<common dir>/worktrees/<name>`: a repository in sight whose record of this worktree
+        // is gone (`git worktree prune`, or removed by hand) is not out of the daemon's sight.
+        let common = named
+            .parent()
+            .filter(|dir| dir.file_name() == Some(std::ffi::OsStr::new("worktrees")))
+            .and_then(Path::parent);
+        if let Some(common) = common.filter(|dir| dir.is_dir()) {
+            self.host.log(
+                LogLevel::Warn,
+                &format!(
+                    "git: the worktree {} has a .git file naming {}, which its repository {} no longer has ({}): the repository no longer lists this worktree (git worktree prune removes the record of a worktree it finds missing)",
+                    job.worktree.display(),
+                    named.display(),
+                    common.display(),
+                    errno_text(&err)
+                ),
+            );
+            return Some(self.refuse(
+                "commit: the worktree's repository no longer lists it as a worktree (its record there was removed, as git worktree prune does); nothing was committed (the operator must make it a worktree of the repository again)",
+            ));
+        }
         self.host.log(
             LogLevel::Warn,
             &format!(

@@ -391,6 +391,34 @@ fn a_linked_worktree_whose_repository_the_daemon_cannot_reach_is_refused_as_such
     assert_eq!(files(&out), ["a.txt"]);
 }
 
+/// A linked worktree whose repository is in sight but no longer lists it (its record under
+/// the repository's `worktrees/` removed, as `git worktree prune` does): not said as a
+/// repository out of the daemon's sight.
+#[test]
+fn a_linked_worktree_its_repository_no_longer_lists_is_refused_as_such() {
+    let f = Fixture::new();
+    let linked = f.tmp.path().join("pruned");
+    git(
+        &f.repo(),
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "--detach",
+            linked.to_str().unwrap(),
+        ],
+    );
+    fs::write(linked.join("a.txt"), "a\n").unwrap();
+    fs::remove_dir_all(f.repo().join(".git/worktrees/pruned")).unwrap();
+    let before = f.head();
+    let out = ok_output(f.run_in(&linked, json!({"op": "commit", "message": "m"})));
+    assert_eq!(
+        refused(&out),
+        "commit: the worktree's repository no longer lists it as a worktree (its record there was removed, as git worktree prune does); nothing was committed (the operator must make it a worktree of the repository again)"
+    );
+    assert_eq!(f.head(), before);
+}
+
 #[test]
 fn message_and_paths_are_checked_by_the_handler_too() {
     let f = Fixture::new();
