@@ -200,18 +200,7 @@ fn hooks_never_run() {
 fn a_linked_worktree_is_committed_without_touching_the_other_worktrees() {
     let f = Fixture::new();
     let main_before = f.head();
-    let linked = f.tmp.path().join("linked");
-    git(
-        &f.repo(),
-        &[
-            "worktree",
-            "add",
-            "-q",
-            "-b",
-            "feature",
-            linked.to_str().unwrap(),
-        ],
-    );
+    let linked = f.linked_worktree("linked", &["-b", "feature"]);
     fs::write(linked.join("feature.txt"), "feature\n").unwrap();
     f.put("main-only.txt", "untouched\n");
     let out = ok_output(f.run_in(&linked, json!({"op": "commit", "message": "feature work"})));
@@ -225,17 +214,7 @@ fn a_linked_worktree_is_committed_without_touching_the_other_worktrees() {
     assert_eq!(f.status(), "?? main-only.txt\n");
 
     // A detached worktree (what `worldd session new --repo` makes) commits on its detached HEAD.
-    let detached = f.tmp.path().join("detached");
-    git(
-        &f.repo(),
-        &[
-            "worktree",
-            "add",
-            "-q",
-            "--detach",
-            detached.to_str().unwrap(),
-        ],
-    );
+    let detached = f.linked_worktree("detached", &["--detach"]);
     fs::write(detached.join("d.txt"), "d\n").unwrap();
     let out = ok_output(f.run_in(
         &detached,
@@ -341,44 +320,20 @@ fn a_worktree_that_is_not_a_repository_is_refused() {
 /// operator had done. The refusal says what is wrong; the operator's log names the path.
 #[test]
 fn a_linked_worktree_whose_repository_the_daemon_cannot_reach_is_refused_as_such() {
-    struct Log(std::sync::Mutex<Vec<String>>);
-    impl handler_kit::HostServices for Log {
-        fn log(&self, _level: handler_kit::LogLevel, message: &str) {
-            self.0.lock().unwrap().push(message.to_owned());
-        }
-    }
-    let f = Fixture::new();
-    let linked = f.tmp.path().join("linked");
-    git(
-        &f.repo(),
-        &[
-            "worktree",
-            "add",
-            "-q",
-            "--detach",
-            linked.to_str().unwrap(),
-        ],
-    );
+    let (f, log) = Fixture::logged();
+    let linked = f.linked_worktree("linked", &["--detach"]);
     fs::write(linked.join("a.txt"), "a\n").unwrap();
     // The repository out of the daemon's sight.
     let hidden = f.tmp.path().join("hidden");
     fs::rename(f.repo(), &hidden).unwrap();
-    let log = std::sync::Arc::new(Log(Default::default()));
-    let state = f.tmp.path().join("state");
-    let handler = GitPlugin::new(
-        json!({"author": AUTHOR, "stateDir": state.to_str().unwrap()}),
-        Host::from_services(log.clone()),
-    )
-    .unwrap();
-    let out = ok_output(handler.execute(request(&linked, json!({"op": "commit", "message": "m"}))));
+    let out = ok_output(f.run_in(&linked, json!({"op": "commit", "message": "m"})));
     assert_eq!(
         refused(&out),
         "commit: the worktree's .git names a git directory this daemon cannot reach (no such file or directory); nothing was committed (the operator must keep the repository where the daemon can read and write it)"
     );
     let gone = f.repo().join(".git/worktrees/linked");
-    let logged = log.0.lock().unwrap().clone();
     assert_eq!(
-        logged,
+        log.lines(),
         [format!(
             "git: the worktree {} has a .git file naming {}, which this daemon cannot reach (no such file or directory): a service unit's ProtectHome= or PrivateTmp= hides /home and /tmp, and a repository the daemon commits to must be where it can read and write (its ReadWritePaths)",
             linked.display(),
@@ -387,7 +342,7 @@ fn a_linked_worktree_whose_repository_the_daemon_cannot_reach_is_refused_as_such
     );
     // Back in sight, the same worktree commits.
     fs::rename(&hidden, f.repo()).unwrap();
-    let out = ok_output(handler.execute(request(&linked, json!({"op": "commit", "message": "m"}))));
+    let out = ok_output(f.run_in(&linked, json!({"op": "commit", "message": "m"})));
     assert_eq!(files(&out), ["a.txt"]);
 }
 
@@ -567,14 +522,7 @@ fn without_an_author_the_plugin_declines() {
 
 #[test]
 fn without_an_author_key_the_identity_from_git_config_is_taken_and_logged() {
-    struct Log(std::sync::Mutex<Vec<String>>);
-    impl handler_kit::HostServices for Log {
-        fn log(&self, _level: handler_kit::LogLevel, message: &str) {
-            self.0.lock().unwrap().push(message.to_owned());
-        }
-    }
-    let log = std::sync::Arc::new(Log(Default::default()));
-    let host = Host::from_services(log.clone());
+    let (log, host) = Log::host();
     let handler = GitPlugin::build(json!({"timeoutMs": 5000}), host, || {
         Some("Ada Lovelace <ada@example.com>".into())
     })
@@ -584,7 +532,7 @@ fn without_an_author_key_the_identity_from_git_config_is_taken_and_logged() {
         "Ada Lovelace <ada@example.com>"
     );
     assert_eq!(
-        *log.0.lock().unwrap(),
+        log.lines(),
         ["git plugin: commits are authored by Ada Lovelace <ada@example.com>, the identity `git config user.name` / `user.email` gives here (--plugin-config git.author=\"Name <email>\" or [plugins.git] author chooses another)"]
     );
     // An author in the config wins, and the identity is never looked up.

@@ -5,9 +5,12 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 
 use handler_kit::serde_json::{json, Value};
-use handler_kit::{EffectHandler, Host, JsonObject, Outcome, Plugin, Request};
+use handler_kit::{
+    EffectHandler, Host, HostServices, JsonObject, LogLevel, Outcome, Plugin, Request,
+};
 use worldd_git::{GitHandler, GitPlugin};
 
 pub const AUTHOR: &str = "World Test <world@example.invalid>";
@@ -58,10 +61,20 @@ impl Fixture {
     /// `repo/` with one commit (README.md) on `main`, pushed to the bare
     /// `remote.git` as `origin`.
     pub fn new() -> Fixture {
-        Fixture::with_config(|state| json!({"author": AUTHOR, "stateDir": state}))
+        Fixture::with_config(default_config)
+    }
+
+    /// [`Fixture::new`] whose handler's host keeps what it logs.
+    pub fn logged() -> (Fixture, Arc<Log>) {
+        let (log, host) = Log::host();
+        (Fixture::build(default_config, host), log)
     }
 
     pub fn with_config(config: impl FnOnce(&str) -> Value) -> Fixture {
+        Fixture::build(config, Host::noop())
+    }
+
+    fn build(config: impl FnOnce(&str) -> Value, host: Host) -> Fixture {
         let tmp = tempfile::tempdir().unwrap();
         let repo = tmp.path().join("repo");
         fs::create_dir_all(&repo).unwrap();
@@ -77,8 +90,8 @@ impl Fixture {
         );
         git(&repo, &["push", "-q", "origin", "main"]);
         let state = tmp.path().join("state");
-        let handler = GitPlugin::new(config(state.to_str().unwrap()), Host::noop())
-            .unwrap_or_else(|e| panic!("{e}"));
+        let handler =
+            GitPlugin::new(config(state.to_str().unwrap()), host).unwrap_or_else(|e| panic!("{e}"));
         Fixture { tmp, handler }
     }
 
@@ -106,6 +119,15 @@ impl Fixture {
         git(&self.repo(), &["status", "--porcelain"])
     }
 
+    /// `git worktree add -q HOW… <tmp>/name` on the fixture's repository (`how`: `-b BRANCH`
+    /// or `--detach`), as `worldd session new --repo` makes one; its path.
+    pub fn linked_worktree(&self, name: &str, how: &[&str]) -> PathBuf {
+        let at = self.tmp.path().join(name);
+        let args = [&["worktree", "add", "-q"][..], how, &[at.to_str().unwrap()]].concat();
+        git(&self.repo(), &args);
+        at
+    }
+
     /// Execute a commit payload against `worktree`.
     pub fn run_in(&self, worktree: &Path, payload: Value) -> Outcome {
         self.handler.execute(request(worktree, payload))
@@ -121,6 +143,33 @@ impl Fixture {
             Outcome::Ok { output } => output,
             other => panic!("expected ok, got {other:?}"),
         }
+    }
+}
+
+/// The fixture's handler config: its author, and `stateDir` at `state`.
+fn default_config(state: &str) -> Value {
+    json!({"author": AUTHOR, "stateDir": state})
+}
+
+/// A host that keeps every line a handler logs, for a test to read back.
+pub struct Log(Mutex<Vec<String>>);
+
+impl HostServices for Log {
+    fn log(&self, _level: LogLevel, message: &str) {
+        self.0.lock().unwrap().push(message.to_owned());
+    }
+}
+
+impl Log {
+    /// A kept log and the host that writes to it.
+    pub fn host() -> (Arc<Log>, Host) {
+        let log = Arc::new(Log(Mutex::default()));
+        (log.clone(), Host::from_services(log))
+    }
+
+    /// What was logged so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
     }
 }
 
