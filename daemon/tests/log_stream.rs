@@ -1,7 +1,7 @@
 //! `GET /v1/log/stream`, `GET /v1/log/summaries`, the budgets and the workbench's assets, in
-//! process: the real router (`tower::ServiceExt::oneshot`), a real LMDB store, the real
-//! coordinator and the se-tools registry with in-process handlers. Stream bodies are pulled frame by frame, so
-//! what the server produced before the client asked is observable.
+//! process (`common/in_process.rs`: the real router, a real LMDB store, the real coordinator
+//! and the se-tools registry with an in-process handler). Stream bodies are pulled frame by
+//! frame, so what the server produced before the client asked is observable.
 //!
 //! Last, records in disguise: objects are stored once and the first writer's kind sticks to
 //! the bytes, so an agent can send as a call's arguments the exact bytes of something stored
@@ -15,159 +15,23 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, Request, StatusCode};
-use axum::Router;
-use broker_core::broker::HandlerIdentity;
-use broker_core::coordinator::{
-    Coordinator, CoordinatorConfig, EffectHandler, EffectRequest, HandlerOutcome, Handlers,
-};
-use broker_core::grant::Grant;
 use broker_core::journal::{self, Intent};
-use broker_core::log::{self, Append, HeadBinding, LogError};
+use broker_core::log;
 use broker_core::object::{Object, Ref};
-use broker_core::store::Store;
 use broker_core::transition::Transition;
 use broker_core::{registry, session};
 use http_body_util::BodyExt;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use tower::ServiceExt;
 use worldd::edge::ServerConfig;
 use worldd::log_stream::{KEEP_ALIVE, STREAM_BATCH};
-use worldd::state::{AppState, DaemonInfo};
 
-/// `Workspace.Read`: `refuse-me` is refused by policy, `break-me` fails, `unsure` cannot
-/// tell whether it ran; anything else reads.
-struct Echo;
+#[path = "common/in_process.rs"]
+mod in_process;
 
-impl EffectHandler for Echo {
-    fn identity(&self) -> HandlerIdentity {
-        HandlerIdentity::in_process("test/echo", "0")
-    }
-    fn execute(&self, req: &EffectRequest<'_>) -> HandlerOutcome {
-        let path = req.payload["path"].as_str().unwrap_or("");
-        let mut out = Map::new();
-        match path {
-            "refuse-me" => {
-                out.insert("ok".into(), json!(false));
-                out.insert("refused".into(), json!("refused by policy"));
-            }
-            "break-me" => return HandlerOutcome::Failed("the disk is on fire".into()),
-            "unsure" => return HandlerOutcome::Indeterminate("the disk went away".into()),
-            _ => {
-                out.insert("ok".into(), json!(true));
-                out.insert("content".into(), json!(format!("read {path}")));
-            }
-        }
-        HandlerOutcome::Ok(out)
-    }
-}
-
-struct Harness {
-    _dir: tempfile::TempDir,
-    store: Store,
-    state: AppState,
-    app: Router,
-}
-
-fn harness(open_reads: bool) -> Harness {
-    harness_with(open_reads, ServerConfig::default())
-}
-
-/// The se-tools transition documents.
-fn se_tools() -> Vec<Transition> {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../transitions/se-tools");
-    let mut docs = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        docs.push(Transition::from_slice(&std::fs::read(entry.unwrap().path()).unwrap()).unwrap());
-    }
-    docs
-}
-
-fn harness_with(open_reads: bool, server: ServerConfig) -> Harness {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::create(&dir.path().join("db")).unwrap();
-    registry::publish(&store, registry::DEFAULT_REGISTRY, se_tools(), "test").unwrap();
-    let mut handlers = Handlers::new();
-    handlers.insert("Workspace.Read", Arc::new(Echo)).unwrap();
-    let coordinator = Coordinator::new(store.clone(), handlers, CoordinatorConfig::default());
-    let state = AppState::builder(
-        store.clone(),
-        Arc::new(coordinator),
-        DaemonInfo {
-            db_path: "db".into(),
-            version: "test",
-            open_reads,
-        },
-    )
-    .server(server)
-    .build();
-    let app = worldd::server::router(state.clone());
-    Harness {
-        _dir: dir,
-        store,
-        state,
-        app,
-    }
-}
+use in_process::{bulk_append, harness, harness_with, se_tools, Harness};
 
 impl Harness {
-    fn token(&self, episode: &str, grants: &[&str]) -> String {
-        let grants: Vec<Grant> = grants.iter().map(|g| g.parse().unwrap()).collect();
-        let now = self.state.coordinator().now();
-        session::mint(&self.store, episode, grants, 3600, now)
-            .unwrap()
-            .token
-    }
-
-    /// An operator credential: it sees every entry, those of no episode included.
-    fn operator_token(&self) -> String {
-        let now = self.state.coordinator().now();
-        session::mint_operator(&self.store, "ops", Vec::new(), 3600, now)
-            .unwrap()
-            .token
-    }
-
-    /// `tools/call` over MCP; the structured result.
-    async fn call(&self, token: &str, path: &str) -> Value {
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                          "params": {"name": "ailang-read", "arguments": {"path": path}}});
-        let req = Request::post("/mcp/")
-            .header("authorization", format!("Bearer {token}"))
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2025-11-25")
-            .body(Body::from(body.to_string()))
-            .unwrap();
-        let res = self.app.clone().oneshot(req).await.unwrap();
-        let text = String::from_utf8(res.into_body().collect().await.unwrap().to_bytes().to_vec())
-            .unwrap();
-        let data = text
-            .lines()
-            .find_map(|l| l.strip_prefix("data: "))
-            .unwrap_or_else(|| panic!("not SSE: {text}"));
-        let v: Value = serde_json::from_str(data).unwrap();
-        v["result"]["structuredContent"].clone()
-    }
-
-    async fn get(
-        &self,
-        token: Option<&str>,
-        path: &str,
-        headers: &[(&str, &str)],
-    ) -> axum::response::Response {
-        let mut req = Request::get(path);
-        if let Some(t) = token {
-            req = req.header("authorization", format!("Bearer {t}"));
-        }
-        for (k, v) in headers {
-            req = req.header(*k, *v);
-        }
-        self.app
-            .clone()
-            .oneshot(req.body(Body::empty()).unwrap())
-            .await
-            .unwrap()
-    }
-
     async fn get_json(&self, token: Option<&str>, path: &str) -> (StatusCode, Value) {
         let res = self.get(token, path, &[]).await;
         let status = res.status();
@@ -192,11 +56,6 @@ impl Harness {
             body: res.into_body(),
             buf: String::new(),
         }
-    }
-
-    /// Append `n` entries that belong to no episode, in one transaction.
-    fn bulk_append(&self, n: usize) {
-        bulk_append(&self.store, n);
     }
 
     /// Stop the store's writer after its next commit, before it syncs or answers anything,
@@ -250,32 +109,6 @@ impl Gate {
     fn open(&self) {
         self.held.store(false, std::sync::atomic::Ordering::SeqCst);
         let _ = self.go.send(());
-    }
-}
-
-/// Append `n` entries that belong to no episode, in one transaction.
-fn bulk_append(store: &Store, n: usize) {
-    {
-        let doc = Object::json("test/bulk", "test", &json!({"bulk": true})).unwrap();
-        store
-            .write(move |w| -> Result<(), LogError> {
-                for _ in 0..n {
-                    log::append(
-                        w,
-                        &Append {
-                            objects: vec![doc.clone()],
-                            transition_fn: doc.hash,
-                            interpreter: log::interpreter_ref().unwrap(),
-                            written_by: "test:bulk".into(),
-                            transition_ref: doc.hash,
-                            state_root: doc.hash,
-                            binding: HeadBinding::AtHead,
-                        },
-                    )?;
-                }
-                Ok(())
-            })
-            .unwrap();
     }
 }
 
@@ -1305,31 +1138,6 @@ async fn a_stream_sends_an_entry_only_once_it_is_durable() {
 }
 
 impl Harness {
-    /// `tools/call` of `ailang-read` with these arguments and, when given, this idempotency
-    /// key; the structured result.
-    async fn call_with(&self, token: &str, arguments: &Value, key: Option<&str>) -> Value {
-        let mut params = json!({"name": "ailang-read", "arguments": arguments});
-        if let Some(k) = key {
-            params["_meta"] = json!({"world/idempotencyKey": k});
-        }
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
-        let req = Request::post("/mcp/")
-            .header("authorization", format!("Bearer {token}"))
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2025-11-25")
-            .body(Body::from(body.to_string()))
-            .unwrap();
-        let res = self.app.clone().oneshot(req).await.unwrap();
-        let text = String::from_utf8(res.into_body().collect().await.unwrap().to_bytes().to_vec())
-            .unwrap();
-        let data = text
-            .lines()
-            .find_map(|l| l.strip_prefix("data: "))
-            .unwrap_or_else(|| panic!("not SSE: {text}"));
-        serde_json::from_str::<Value>(data).unwrap()["result"].clone()
-    }
-
     fn head(&self) -> u64 {
         self.store.read(log::head).unwrap().unwrap().world.revision
     }

@@ -2,151 +2,34 @@
 //! `?from=0`, a log made of entries it may not see. One step of its stream reads at most
 //! `QUIET_SCAN` positions, then hands the HTTP layer a comment line and reads on only when the
 //! client takes it: a client that reads nothing costs one share, not the whole log. In
-//! process: the real router, a real LMDB store, the se-tools registry with an in-process
-//! handler; the body is pulled frame by frame, so what the server read before the client asked
-//! is observable.
+//! process (`common/in_process.rs`); the body is pulled frame by frame, so what the server read
+//! before the client asked is observable.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::http::{Request, StatusCode};
-use axum::Router;
-use broker_core::broker::HandlerIdentity;
-use broker_core::coordinator::{
-    Coordinator, CoordinatorConfig, EffectHandler, EffectRequest, HandlerOutcome, Handlers,
-};
-use broker_core::grant::Grant;
-use broker_core::log::{self, Append, HeadBinding, LogError};
-use broker_core::object::Object;
-use broker_core::store::Store;
-use broker_core::transition::Transition;
-use broker_core::{registry, session};
+use axum::http::StatusCode;
+use broker_core::log;
 use http_body_util::BodyExt;
-use serde_json::{json, Map, Value};
-use tower::ServiceExt;
+use serde_json::Value;
 use worldd::log_stream::{QUIET_SCAN, STREAM_BATCH};
-use worldd::state::{AppState, DaemonInfo};
 
-struct Echo;
+#[path = "common/in_process.rs"]
+mod in_process;
 
-impl EffectHandler for Echo {
-    fn identity(&self) -> HandlerIdentity {
-        HandlerIdentity::in_process("test/echo", "0")
-    }
-    fn execute(&self, req: &EffectRequest<'_>) -> HandlerOutcome {
-        let mut out = Map::new();
-        out.insert("ok".into(), json!(true));
-        out.insert("content".into(), req.payload["path"].clone());
-        HandlerOutcome::Ok(out)
-    }
-}
+use in_process::{harness, Harness};
 
-struct Harness {
-    _dir: tempfile::TempDir,
-    store: Store,
-    state: AppState,
-    app: Router,
-}
-
-fn harness() -> Harness {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::create(&dir.path().join("db")).unwrap();
-    let se_tools = concat!(env!("CARGO_MANIFEST_DIR"), "/../transitions/se-tools");
-    let docs = std::fs::read_dir(se_tools)
-        .unwrap()
-        .map(|e| Transition::from_slice(&std::fs::read(e.unwrap().path()).unwrap()).unwrap())
-        .collect();
-    registry::publish(&store, registry::DEFAULT_REGISTRY, docs, "test").unwrap();
-    let mut handlers = Handlers::new();
-    handlers.insert("Workspace.Read", Arc::new(Echo)).unwrap();
-    let coordinator = Coordinator::new(store.clone(), handlers, CoordinatorConfig::default());
-    let state = AppState::builder(
-        store.clone(),
-        Arc::new(coordinator),
-        DaemonInfo {
-            db_path: "db".into(),
-            version: "test",
-            open_reads: false,
-        },
-    )
-    .build();
-    let app = worldd::server::router(state.clone());
-    Harness {
-        _dir: dir,
-        store,
-        state,
-        app,
-    }
-}
+const GRANTS: &[&str] = &["Workspace.Read=worktree:10"];
 
 impl Harness {
-    fn token(&self, episode: &str) -> String {
-        let grants: Vec<Grant> = vec!["Workspace.Read=worktree:10".parse().unwrap()];
-        let now = self.state.coordinator().now();
-        session::mint(&self.store, episode, grants, 3600, now)
-            .unwrap()
-            .token
-    }
-
-    fn operator_token(&self) -> String {
-        let now = self.state.coordinator().now();
-        session::mint_operator(&self.store, "ops", Vec::new(), 3600, now)
-            .unwrap()
-            .token
-    }
-
     fn head(&self) -> u64 {
         self.store.read(log::last_index).unwrap().unwrap()
     }
 
-    /// Append `n` client-built entries of no episode (only an operator sees them), in one
-    /// transaction.
-    fn bulk_append(&self, n: u64) {
-        let doc = Object::json("test/bulk", "test", &json!({"bulk": true})).unwrap();
-        self.store
-            .write(move |w| -> Result<(), LogError> {
-                for _ in 0..n {
-                    log::append(
-                        w,
-                        &Append {
-                            objects: vec![doc.clone()],
-                            transition_fn: doc.hash,
-                            interpreter: log::interpreter_ref().unwrap(),
-                            written_by: "test:bulk".into(),
-                            transition_ref: doc.hash,
-                            state_root: doc.hash,
-                            binding: HeadBinding::AtHead,
-                        },
-                    )?;
-                }
-                Ok(())
-            })
-            .unwrap();
-    }
-
-    /// `tools/call` over MCP, answered.
-    async fn call(&self, token: &str, path: &str) {
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                          "params": {"name": "ailang-read", "arguments": {"path": path}}});
-        let req = Request::post("/mcp/")
-            .header("authorization", format!("Bearer {token}"))
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2025-11-25")
-            .body(Body::from(body.to_string()))
-            .unwrap();
-        let res = self.app.clone().oneshot(req).await.unwrap();
-        assert_eq!(res.status(), StatusCode::OK);
-        res.into_body().collect().await.unwrap();
-    }
-
     async fn stream(&self, token: &str, query: &str) -> Body {
-        let req = Request::get(format!("/v1/log/stream{query}"))
-            .header("authorization", format!("Bearer {token}"))
-            .body(Body::empty())
-            .unwrap();
-        let res = self.app.clone().oneshot(req).await.unwrap();
+        let res = self
+            .get(Some(token), &format!("/v1/log/stream{query}"), &[])
+            .await;
         assert_eq!(res.status(), StatusCode::OK);
         res.into_body()
     }
@@ -192,10 +75,10 @@ fn a_share_is_the_rest_scan_bound_and_ends_inside_a_batch() {
 /// the client asks, and the agent's own entry still arrives after them, in order.
 #[tokio::test]
 async fn an_agents_stream_reads_entries_it_may_not_see_only_as_fast_as_its_client_takes_frames() {
-    let h = harness();
-    let t = h.token("ep1");
+    let h = harness(false);
+    let t = h.token("ep1", GRANTS);
     let start = h.head() + 1;
-    h.bulk_append(3 * QUIET_SCAN + 1);
+    h.bulk_append(3 * QUIET_SCAN as usize + 1);
     let hub = h.state.log_stream().clone();
     let mut body = h.stream(&t, &format!("?from={start}")).await;
     // Opened, nothing asked: nothing read.
@@ -227,10 +110,10 @@ async fn an_agents_stream_reads_entries_it_may_not_see_only_as_fast_as_its_clien
 /// a batch at a time, as before.
 #[tokio::test]
 async fn an_operators_stream_of_visible_entries_sends_no_comment() {
-    let h = harness();
+    let h = harness(false);
     let t = h.operator_token();
     let start = h.head() + 1;
-    h.bulk_append(QUIET_SCAN + 10);
+    h.bulk_append(QUIET_SCAN as usize + 10);
     let hub = h.state.log_stream().clone();
     let mut body = h.stream(&t, &format!("?from={start}")).await;
     for i in 0..QUIET_SCAN + 10 {
