@@ -312,17 +312,7 @@ fn a_stray_last_journal_row_stops_the_start_and_overwrites_nothing() {
     };
     let before = rows(&db);
     let root = kept.path().join("worktrees");
-    let r = refused_start(
-        &[
-            "--db",
-            path_str(&db),
-            "--workspace-root",
-            path_str(&root),
-            "--bind",
-            "127.0.0.1:0",
-        ],
-        kept.path(),
-    );
+    let r = refused_serve_on(&db, &root, &[], kept.path());
     assert_eq!(r.code, Some(2), "{}", r.stderr);
     assert!(
         r.line.starts_with(&format!(

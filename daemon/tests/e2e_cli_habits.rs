@@ -2334,23 +2334,10 @@ fn a_misspelled_handler_is_told_the_nearest_plugin() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains(&format!("\nproblem: {said}\n")), "{out}");
     let (db, root) = (dir.path().join("db"), dir.path().join("wt"));
-    let (code, _, err) = worldd(
-        &[
-            "serve",
-            "--plugin-dir",
-            path_str(&plugins),
-            "--handler",
-            "workspce",
-            "--db",
-            path_str(&db),
-            "--workspace-root",
-            path_str(&root),
-            "--bind",
-            "127.0.0.1:0",
-        ],
-        None,
-    );
-    assert_eq!(code, 2, "{err}");
+    let flags = ["--plugin-dir", path_str(&plugins), "--handler", "workspce"];
+    let r = refused_serve_on(&db, &root, &flags, dir.path());
+    let err = r.stderr;
+    assert_eq!(r.code, Some(2), "{err}");
     assert!(
         err.ends_with(&format!(
             "worldd: daemon startup failed at plugins: plugin {}: {said}\n",

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{path_str, plugin_dir_with, worldd};
+use common::{path_str, plugin_dir_with, refused_serve_on, worldd};
 
 /// The `worldd: …` line of a verb's stderr (tracing lines aside).
 fn refusal(err: &str) -> Vec<&str> {
@@ -13,23 +13,9 @@ fn refusal(err: &str) -> Vec<&str> {
 
 /// What `serve` says with `flags` on a fresh store: its exit code and refusal lines.
 fn serve_with(dir: &std::path::Path, flags: &[&str]) -> (i32, Vec<String>) {
-    let db = dir.join("db");
-    let root = dir.join("worktrees");
-    let args = [
-        &[
-            "serve",
-            "--db",
-            path_str(&db),
-            "--workspace-root",
-            path_str(&root),
-            "--bind",
-            "127.0.0.1:0",
-        ][..],
-        flags,
-    ]
-    .concat();
-    let (code, _, err) = worldd(&args, None);
-    (code, refusal(&err).into_iter().map(str::to_owned).collect())
+    let r = refused_serve_on(&dir.join("db"), &dir.join("worktrees"), flags, dir);
+    let lines = refusal(&r.stderr).into_iter().map(str::to_owned).collect();
+    (r.code.unwrap_or(-1), lines)
 }
 
 #[test]

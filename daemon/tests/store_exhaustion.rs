@@ -657,22 +657,13 @@ fn limits_that_cannot_work_stop_startup_with_one_line() {
     let db = dir.path().join("db");
     let root = dir.path().join("wt");
     let serve = |extra: &[&str]| {
-        let mut args = vec![
-            "serve",
-            "--db",
-            path_str(&db),
-            "--workspace-root",
-            path_str(&root),
-            "--bind",
-            "127.0.0.1:0",
-        ];
-        args.extend_from_slice(extra);
-        worldd(&args, None)
+        let r = refused_serve_on(&db, &root, extra, dir.path());
+        (r.code.unwrap_or(-1), r.stderr)
     };
-    let (code, _, err) = serve(&["--store-ceiling", "1048576", "--store-reserve", "1048576"]);
+    let (code, err) = serve(&["--store-ceiling", "1048576", "--store-reserve", "1048576"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("daemon startup failed at config: the store reserve (1048576 bytes) must be smaller than its ceiling (1048576 bytes)"), "{err}");
-    let (code, _, err) = serve(&["--refusal-burst", "0"]);
+    let (code, err) = serve(&["--refusal-burst", "0"]);
     assert_eq!(code, 2, "{err}");
     assert!(
         err.contains("daemon startup failed at config: the refusal burst must be at least 1"),
@@ -682,7 +673,7 @@ fn limits_that_cannot_work_stop_startup_with_one_line() {
     // The same keys in the config file.
     let config = dir.path().join("world.toml");
     std::fs::write(&config, "[serve]\nrefusals_per_minute = -1\n").unwrap();
-    let (code, _, err) = serve(&["--config", path_str(&config)]);
+    let (code, err) = serve(&["--config", path_str(&config)]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("the refusal rate must be a finite number of refusals per minute, 0 or more (0 turns the limit off), not -1"), "{err}");
     // `map_size`, the old name of the ceiling, still reads.
@@ -691,7 +682,7 @@ fn limits_that_cannot_work_stop_startup_with_one_line() {
         "[serve]\nmap_size = 1048576\nstore_reserve = 1048576\n",
     )
     .unwrap();
-    let (code, _, err) = serve(&["--config", path_str(&config)]);
+    let (code, err) = serve(&["--config", path_str(&config)]);
     assert_eq!(code, 2, "{err}");
     assert!(
         err.contains("must be smaller than its ceiling (1048576 bytes)"),

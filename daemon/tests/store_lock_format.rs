@@ -56,20 +56,9 @@ fn a_store_held_by_a_program_of_another_lmdb_build_is_said_so() {
         "{err}"
     );
     let root = kept.path().join("worktrees");
-    let out = run_to_exit(
-        std::process::Command::new(env!("CARGO_BIN_EXE_worldd")).args([
-            "serve",
-            "--db",
-            path_str(&db),
-            "--workspace-root",
-            path_str(&root),
-            "--bind",
-            "127.0.0.1:0",
-        ]),
-        std::time::Duration::from_secs(30),
-    );
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    let r = refused_serve_on(&db, &root, &[], kept.path());
+    let err = &r.stderr;
+    assert_eq!(r.code, Some(2), "{err}");
     assert!(err.contains(&said), "{err}");
     assert_eq!(std::fs::read(db.join("data.mdb")).unwrap(), data);
     drop(lock);

@@ -539,6 +539,24 @@ pub fn refused_start_by<S: AsRef<std::ffi::OsStr>>(
     }
 }
 
+/// [`refused_start`] of `worldd serve` on the store `db` with the workspace root `root`, on a
+/// free port, with `flags` after those.
+pub fn refused_serve_on(db: &Path, root: &Path, flags: &[&str], cwd: &Path) -> Refusal {
+    let args = [
+        &[
+            "--db",
+            path_str(db),
+            "--workspace-root",
+            path_str(root),
+            "--bind",
+            "127.0.0.1:0",
+        ][..],
+        flags,
+    ]
+    .concat();
+    refused_start(&args, cwd)
+}
+
 /// A test that needs to mount (root) and could not: `None`, and the test skips, unless
 /// `WORLDD_TESTS_REQUIRE_MOUNTS` is set (CI runs as root), where a skip would report a pass
 /// for a test that never ran.
