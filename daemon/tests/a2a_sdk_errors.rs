@@ -18,30 +18,6 @@ const WS: &[&str] = &["worldd_workspace"];
 const WS_STALL: &[&str] = &["worldd_workspace", "worldd_stall"];
 const ERROR_INFO: &str = "type.googleapis.com/google.rpc.ErrorInfo";
 
-/// `POST /a2a/` of `body` as written, with `A2A-Version: version` if given; the HTTP status
-/// and the body's text.
-fn a2a_text(d: &Daemon, token: Option<&str>, version: Option<&str>, body: &str) -> (u16, String) {
-    let mut headers = vec![("Content-Type", "application/json")];
-    if let Some(v) = version {
-        headers.push(("A2A-Version", v));
-    }
-    let a = request(
-        "POST",
-        &d.url("/a2a/"),
-        token,
-        &headers,
-        Some(body.as_bytes()),
-    );
-    (a.status, a.text())
-}
-
-/// The JSON-RPC answer (HTTP 200) to `body`.
-fn a2a_json(d: &Daemon, token: Option<&str>, version: Option<&str>, body: &Value) -> Value {
-    let (status, text) = a2a_text(d, token, version, &body.to_string());
-    assert_eq!(status, 200, "{text}");
-    serde_json::from_str(&text).unwrap()
-}
-
 /// A JSON-RPC error `data` as A2A 1.0 lays it out: one `ErrorInfo`.
 fn error_info(reason: &str, metadata: Value) -> Value {
     json!([{"@type": ERROR_INFO, "reason": reason, "domain": "a2a-protocol.org", "metadata": metadata}])
@@ -71,7 +47,8 @@ fn an_integer_beyond_2_53_inside_a2a_params_does_not_skip_the_json_rpc_envelope_
         )
     };
     // A notification is not answered, and nothing runs.
-    let (status, text) = a2a_text(&d, Some(&token), None, &send(r#""method":"tasks/send","#));
+    let answer = post_a2a(&d, Some(&token), None, &send(r#""method":"tasks/send","#));
+    let (status, text) = (answer.status, answer.text());
     assert_eq!((status, text.as_str()), (202, ""));
     let invalid = |why: &str| {
         json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600,
@@ -102,18 +79,20 @@ fn an_integer_beyond_2_53_inside_a2a_params_does_not_skip_the_json_rpc_envelope_
                    "data": {"why": "params: number 9007199254740993 is outside the exact integer range of canonical JSON (±2^53−1)"}}}),
         ),
     ] {
-        let (status, text) = a2a_text(&d, Some(&token), None, &send(envelope));
+        let answer = post_a2a(&d, Some(&token), None, &send(envelope));
+        let (status, text) = (answer.status, answer.text());
         assert_eq!(status, 200, "{envelope}: {text}");
         let got: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(got, want, "{envelope}");
     }
     // The version rule comes before params too: SendMessage without A2A-Version: 1.0.
-    let (_, text) = a2a_text(
+    let answer = post_a2a(
         &d,
         Some(&token),
         None,
         &send(r#""id":5,"method":"SendMessage","#),
     );
+    let text = answer.text();
     let got: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(got["error"]["code"], -32009, "{text}");
     assert_eq!(
@@ -129,7 +108,7 @@ fn a2a_1_0_errors_with_data_carry_it_in_an_error_info_and_0_3_keeps_the_plain_ob
     let token = d.session("info", &["Workspace.Read=worktree:10"]);
     let near = "no skill of this session is named \"ailang-reed\"; did you mean ailang-read? (the agent card lists this session's skills)";
     // Not authorized, with the nearest skill in `why`.
-    let v = a2a_json(
+    let v = a2a_answer(
         &d,
         Some(&token),
         Some("1.0"),
@@ -140,7 +119,7 @@ fn a2a_1_0_errors_with_data_carry_it_in_an_error_info_and_0_3_keeps_the_plain_ob
         json!({"jsonrpc": "2.0", "id": "r2", "error": {"code": -32602, "message": "not authorized",
                "data": error_info("INVALID_PARAMS", json!({"why": near}))}})
     );
-    let v = a2a_json(
+    let v = a2a_answer(
         &d,
         Some(&token),
         None,
@@ -153,34 +132,34 @@ fn a2a_1_0_errors_with_data_carry_it_in_an_error_info_and_0_3_keeps_the_plain_ob
     // Params of the wrong shape: a send's and a read's.
     let mut body = v10_send("n-2", "ailang-read", json!({"path": "a"}));
     body["params"]["message"]["role"] = json!("ROLE_AGENT");
-    let v = a2a_json(&d, Some(&token), Some("1.0"), &body);
+    let v = a2a_answer(&d, Some(&token), Some("1.0"), &body);
     assert_eq!(
         v["error"],
         json!({"code": -32602, "message": "invalid params", "data": error_info("INVALID_PARAMS",
                json!({"why": "params.message.role must be \"ROLE_USER\" (A2A 1.0: a message sent to an agent is the user's); it is \"ROLE_AGENT\""}))})
     );
     let get = |method: &str| json!({"jsonrpc": "2.0", "id": 4, "method": method, "params": {"id": "n-3", "historyLength": -1}});
-    let v = a2a_json(&d, Some(&token), Some("1.0"), &get("GetTask"));
+    let v = a2a_answer(&d, Some(&token), Some("1.0"), &get("GetTask"));
     assert_eq!(
         v["error"],
         json!({"code": -32602, "message": "invalid params", "data": error_info("INVALID_PARAMS",
                json!({"why": "params.historyLength must be a count (0 or more)"}))})
     );
-    let v = a2a_json(&d, Some(&token), None, &get("tasks/get"));
+    let v = a2a_answer(&d, Some(&token), None, &get("tasks/get"));
     assert_eq!(
         v["error"],
         json!({"code": -32602, "message": "invalid params",
                "data": {"why": "params.historyLength must be a count (0 or more)"}})
     );
     // A task id used with other arguments: the classification and the task id, as strings.
-    let ok = a2a_json(
+    let ok = a2a_answer(
         &d,
         Some(&token),
         Some("1.0"),
         &v10_send("k-1", "ailang-read", json!({"path": "a"})),
     );
     assert_eq!(ok["result"]["task"]["id"], "k-1", "{ok}");
-    let v = a2a_json(
+    let v = a2a_answer(
         &d,
         Some(&token),
         Some("1.0"),
@@ -192,7 +171,7 @@ fn a2a_1_0_errors_with_data_carry_it_in_an_error_info_and_0_3_keeps_the_plain_ob
                "data": error_info("INVALID_PARAMS", json!({"kind": "refused", "reason": "key-conflict",
                                                           "retryable": "false", "taskId": "k-1"}))})
     );
-    let v = a2a_json(
+    let v = a2a_answer(
         &d,
         Some(&token),
         None,
@@ -205,7 +184,7 @@ fn a2a_1_0_errors_with_data_carry_it_in_an_error_info_and_0_3_keeps_the_plain_ob
     );
     // R8: the episode has no worktree: -32603 with the classification.
     let homeless = d.session_without_worktree("nowhere", &["Workspace.Read=worktree:5"]);
-    let v = a2a_json(
+    let v = a2a_answer(
         &d,
         Some(&homeless),
         Some("1.0"),
@@ -260,7 +239,7 @@ fn a2a_1_0_credential_errors_say_in_an_error_info_that_the_credential_is_refused
             "the session's credential has expired: this is no task error, no task was looked up and nothing ran; ask the operator for a new credential, and send the task again with it",
         ),
     ] {
-        let v = a2a_json(&d, token, Some("1.0"), &body);
+        let v = a2a_answer(&d, token, Some("1.0"), &body);
         assert_eq!(
             v,
             json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message,
@@ -268,7 +247,7 @@ fn a2a_1_0_credential_errors_say_in_an_error_info_that_the_credential_is_refused
             "{credential}"
         );
         // 0.3 (no A2A-Version) is answered as before: no data.
-        let v = a2a_json(&d, token, None, &v03_send("c-1", "ailang-read", json!({"path": "a"})));
+        let v = a2a_answer(&d, token, None, &v03_send("c-1", "ailang-read", json!({"path": "a"})));
         assert_eq!(
             v,
             json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}}),
@@ -382,9 +361,9 @@ fn a_task_sent_with_tasks_send_reads_back_in_the_state_of_its_outcome() {
         json!({"kind": "refused", "reason": "plan", "retryable": false})
     );
     let get = |method: &str| json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": {"id": "ref-1"}});
-    let v = a2a_json(&d, Some(&token), None, &get("tasks/get"));
+    let v = a2a_answer(&d, Some(&token), None, &get("tasks/get"));
     assert_eq!(v["result"]["status"], json!({"state": "rejected"}), "{v}");
-    let v = a2a_json(&d, Some(&token), Some("1.0"), &get("GetTask"));
+    let v = a2a_answer(&d, Some(&token), Some("1.0"), &get("GetTask"));
     assert_eq!(
         v["result"]["status"],
         json!({"state": "TASK_STATE_REJECTED"}),
@@ -405,23 +384,26 @@ fn an_a2a_notification_holding_a_number_too_large_for_a_double_is_acknowledged_2
         )
     };
     for number in ["1e400", "-1E999", "9007199254740993"] {
-        let (status, text) = a2a_text(&d, Some(&token), None, &send("", number));
+        let answer = post_a2a(&d, Some(&token), None, &send("", number));
+        let (status, text) = (answer.status, answer.text());
         assert_eq!((status, text.as_str()), (202, ""), "{number}");
     }
     // Outside params, or in a request: refused as before.
-    let (status, text) = a2a_text(
+    let answer = post_a2a(
         &d,
         Some(&token),
         None,
         r#"{"jsonrpc":"2.0","method":"tasks/get","n":1e400,"params":{"id":"x"}}"#,
     );
+    let (status, text) = (answer.status, answer.text());
     assert_eq!(status, 200);
     assert_eq!(
         serde_json::from_str::<Value>(&text).unwrap(),
         json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600,
             "message": "invalid JSON-RPC request: number 1e400 is too large for a 64-bit float"}})
     );
-    let (status, text) = a2a_text(&d, Some(&token), None, &send(r#""id":"h","#, "1e400"));
+    let answer = post_a2a(&d, Some(&token), None, &send(r#""id":"h","#, "1e400"));
+    let (status, text) = (answer.status, answer.text());
     assert_eq!(status, 200);
     assert_eq!(
         serde_json::from_str::<Value>(&text).unwrap()["error"]["code"],

@@ -14,29 +14,6 @@ use serde_json::{json, Value};
 const WS: &[&str] = &["worldd_workspace"];
 const ERROR_INFO: &str = "type.googleapis.com/google.rpc.ErrorInfo";
 
-/// `POST /a2a/` of `body` as written, with `A2A-Version: version` if given: status and text.
-fn post(d: &Daemon, token: &str, version: Option<&str>, body: &str) -> (u16, String) {
-    let mut headers = vec![("Content-Type", "application/json")];
-    if let Some(v) = version {
-        headers.push(("A2A-Version", v));
-    }
-    let a = request(
-        "POST",
-        &d.url("/a2a/"),
-        Some(token),
-        &headers,
-        Some(body.as_bytes()),
-    );
-    (a.status, a.text())
-}
-
-/// The JSON-RPC answer (HTTP 200) to `body`.
-fn answer(d: &Daemon, token: &str, version: Option<&str>, body: &Value) -> Value {
-    let (status, text) = post(d, token, version, &body.to_string());
-    assert_eq!(status, 200, "{text}");
-    serde_json::from_str(&text).unwrap()
-}
-
 /// A daemon with the workspace plugin and a session that may read `hello.txt`.
 fn workspace() -> (Daemon, String) {
     let d = Daemon::start(WS, &[]);
@@ -69,9 +46,9 @@ fn v10_send(message_id: &str, params_extra: Value) -> Value {
 
 /// Whether a task of this id was committed: `tasks/get` finds it, or says `-32001`.
 fn task_exists(d: &Daemon, token: &str, task: &str) -> bool {
-    let v = answer(
+    let v = a2a_answer(
         d,
-        token,
+        Some(token),
         None,
         &json!({"jsonrpc": "2.0", "id": 9, "method": "tasks/get", "params": {"id": task}}),
     );
@@ -98,9 +75,9 @@ fn a_send_asking_for_push_notifications_is_refused_32003_before_anything_runs() 
     let hook = json!({"url": "http://127.0.0.1:1/hook"});
 
     // 0.3's member, under 0.3.
-    let v = answer(
+    let v = a2a_answer(
         &d,
-        &token,
+        Some(&token),
         None,
         &v03_send(
             "push-1",
@@ -111,9 +88,9 @@ fn a_send_asking_for_push_notifications_is_refused_32003_before_anything_runs() 
     assert!(!task_exists(&d, &token, "push-1"));
 
     // 1.0's member, under 1.0.
-    let v = answer(
+    let v = a2a_answer(
         &d,
-        &token,
+        Some(&token),
         Some("1.0"),
         &v10_send(
             "push-2",
@@ -133,9 +110,9 @@ fn a_send_asking_for_push_notifications_is_refused_32003_before_anything_runs() 
         ),
         ("taskPushNotificationConfig", v10_send, Some("1.0"), "r2"),
     ] {
-        let v = answer(
+        let v = a2a_answer(
             &d,
-            &token,
+            Some(&token),
             version,
             &send("push-3", json!({"configuration": {member: 5}})),
         );
@@ -152,9 +129,9 @@ fn a_send_asking_for_push_notifications_is_refused_32003_before_anything_runs() 
     }
 
     // A null config is no config: the send runs.
-    let v = answer(
+    let v = a2a_answer(
         &d,
-        &token,
+        Some(&token),
         None,
         &v03_send(
             "push-4",
@@ -170,31 +147,36 @@ fn a_null_metadata_of_the_request_or_the_message_is_read_as_absent() {
     // 0.3: the request's metadata null, the skill in the message's.
     let mut body = v03_send("nm-1", json!({"metadata": null}));
     body["params"]["message"]["metadata"] = json!({"skill_id": "ailang-read"});
-    let v = answer(&d, &token, None, &body);
+    let v = a2a_answer(&d, Some(&token), None, &body);
     assert_eq!(v["result"]["status"]["state"], "completed", "{v}");
     assert_eq!(v["result"]["id"], "nm-1", "{v}");
     // 0.3: the message's metadata null, the skill in the request's.
     let mut body = v03_send("nm-2", json!({}));
     body["params"]["message"]["metadata"] = Value::Null;
-    let v = answer(&d, &token, None, &body);
+    let v = a2a_answer(&d, Some(&token), None, &body);
     assert_eq!(v["result"]["status"]["state"], "completed", "{v}");
     // 1.0: both ways.
     let mut body = v10_send("nm-3", json!({"metadata": null}));
     body["params"]["message"]["metadata"] = json!({"skillId": "ailang-read"});
-    let v = answer(&d, &token, Some("1.0"), &body);
+    let v = a2a_answer(&d, Some(&token), Some("1.0"), &body);
     assert_eq!(
         v["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
         "{v}"
     );
     let mut body = v10_send("nm-4", json!({}));
     body["params"]["message"]["metadata"] = Value::Null;
-    let v = answer(&d, &token, Some("1.0"), &body);
+    let v = a2a_answer(&d, Some(&token), Some("1.0"), &body);
     assert_eq!(
         v["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
         "{v}"
     );
     // Metadata that is no object is still refused.
-    let v = answer(&d, &token, None, &v03_send("nm-5", json!({"metadata": 5})));
+    let v = a2a_answer(
+        &d,
+        Some(&token),
+        None,
+        &v03_send("nm-5", json!({"metadata": 5})),
+    );
     assert_eq!(v["error"]["code"], -32602, "{v}");
 }
 
@@ -235,18 +217,20 @@ fn an_integer_past_the_canonical_range_outside_params_is_an_invalid_request_with
             "9007199254740993",
         ),
     ] {
-        let (status, text) = post(&d, &token, None, body);
+        let answer = post_a2a(&d, Some(&token), None, body);
+        let (status, text) = (answer.status, answer.text());
         assert_eq!(status, 200, "{body}: {text}");
         let v: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v, invalid(literal), "{body}");
     }
     // Inside params alone it stays invalid params, to the id sent.
-    let (status, text) = post(
+    let answer = post_a2a(
         &d,
-        &token,
+        Some(&token),
         None,
         r#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"id":"m-1","n":12345678901234567890123}}"#,
     );
+    let (status, text) = (answer.status, answer.text());
     assert_eq!(status, 200, "{text}");
     let v: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(
@@ -268,7 +252,7 @@ fn an_mcp_name_sent_as_a_skill_id_is_answered_with_that_tools_id_before_any_near
         let mut body = v03_send(&format!("h-{sent}"), json!({}));
         body["params"]["metadata"] = json!({"skill_id": sent});
         body["params"]["message"]["parts"][0]["data"] = json!({"mode": "plain"});
-        let v = answer(&d, &token, None, &body);
+        let v = a2a_answer(&d, Some(&token), None, &body);
         assert_eq!(
             v["error"],
             json!({"code": -32602, "message": "not authorized", "data": {"why": format!(

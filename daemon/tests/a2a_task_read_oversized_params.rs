@@ -14,17 +14,7 @@ const TASK_ID: &str = "1-128 characters of A-Z a-z 0-9 . _ -";
 
 /// The answer (HTTP 200) to `body` under `version`, and its size.
 fn a2a_raw(d: &Daemon, token: &str, version: Option<&str>, body: &str) -> (Value, usize) {
-    let mut headers = vec![("Content-Type", "application/json")];
-    if let Some(v) = version {
-        headers.push(("A2A-Version", v));
-    }
-    let a = request(
-        "POST",
-        &d.url("/a2a/"),
-        Some(token),
-        &headers,
-        Some(body.as_bytes()),
-    );
+    let a = post_a2a(d, Some(token), version, body);
     assert_eq!(a.status, 200, "{}", a.text());
     (a.json(), a.body.len())
 }
@@ -39,37 +29,29 @@ fn a_history_length_past_2_53_is_invalid_params_that_say_which_number() {
     let d = Daemon::start(WS, &[]);
     let token = d.session("reads", &["Workspace.Read=worktree:5"]);
     let why = "params: number 99999999999999999 is outside the exact integer range of canonical JSON (±2^53−1)";
-    let (v, _) = a2a_raw(
-        &d,
-        &token,
-        None,
-        r#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"id":"t1","historyLength":99999999999999999}}"#,
-    );
+    let answer = |version, body| a2a_raw(&d, &token, version, body).0;
     assert_eq!(
-        v,
+        answer(
+            None,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"id":"t1","historyLength":99999999999999999}}"#
+        ),
         json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32602, "message": "invalid params",
                "data": {"why": why}}})
     );
-    let (v, _) = a2a_raw(
-        &d,
-        &token,
-        Some("1.0"),
-        r#"{"jsonrpc":"2.0","id":2,"method":"GetTask","params":{"id":"t1","historyLength":99999999999999999}}"#,
-    );
     assert_eq!(
-        v,
+        answer(
+            Some("1.0"),
+            r#"{"jsonrpc":"2.0","id":2,"method":"GetTask","params":{"id":"t1","historyLength":99999999999999999}}"#
+        ),
         json!({"jsonrpc": "2.0", "id": 2, "error": {"code": -32602, "message": "invalid params",
                "data": error_info("INVALID_PARAMS", json!({"why": why}))}})
     );
     // As -1 was.
-    let (v, _) = a2a_raw(
-        &d,
-        &token,
-        None,
-        r#"{"jsonrpc":"2.0","id":3,"method":"tasks/get","params":{"id":"t1","historyLength":-1}}"#,
-    );
     assert_eq!(
-        v["error"],
+        answer(
+            None,
+            r#"{"jsonrpc":"2.0","id":3,"method":"tasks/get","params":{"id":"t1","historyLength":-1}}"#
+        )["error"],
         json!({"code": -32602, "message": "invalid params",
                "data": {"why": "params.historyLength must be a count (0 or more)"}})
     );

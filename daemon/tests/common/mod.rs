@@ -881,6 +881,30 @@ pub fn a2a(d: &Daemon, token: &str, task: &str, skill: &str, args: Value) -> Val
     a.json()
 }
 
+/// `POST /a2a/` of `body` as written (text a serializer would not write included), with
+/// `A2A-Version: version` if given.
+pub fn post_a2a(d: &Daemon, token: Option<&str>, version: Option<&str>, body: &str) -> Answer {
+    let mut headers = vec![("Content-Type", "application/json")];
+    if let Some(v) = version {
+        headers.push(("A2A-Version", v));
+    }
+    request(
+        "POST",
+        &d.url("/a2a/"),
+        token,
+        &headers,
+        Some(body.as_bytes()),
+    )
+}
+
+/// The JSON-RPC answer to `body` under `version` ([`post_a2a`]), which must come with status
+/// 200.
+pub fn a2a_answer(d: &Daemon, token: Option<&str>, version: Option<&str>, body: &Value) -> Value {
+    let a = post_a2a(d, token, version, &body.to_string());
+    assert_eq!(a.status, 200, "{}", a.text());
+    a.json()
+}
+
 /// MCP `tools/call` of `tool` with `args`: the JSON-RPC reply (SSE or plain envelope), which
 /// must come with status 200.
 pub fn tools_call(d: &Daemon, token: &str, tool: &str, args: Value) -> Value {
