@@ -9,6 +9,15 @@
 //! and a client that reads at any ordinary speed resets it long before it fires. A client
 //! trickling a few bytes at a time is cut as surely as one that reads nothing.
 //!
+//! The progress counted is what the writer hands the socket, and, when the clock is about to
+//! run out, what left the socket's send queue while the writer waited (`SIOCOUTQ`). Linux wakes
+//! a blocked writer only once about a third of its send queue has drained: at the default
+//! 256 KiB send buffer (512 KiB once the kernel doubles it) that is ~170 KiB, so a client taking
+//! 64 KiB every 4 s under the default 10 s was reset after 20 s, the writer never woken in time
+//! to see 64 KiB taken. Now a wait whose timer fires with 64 KiB or more gone from the queue
+//! since it began starts a new one: a client taking less than 64 KiB in a timeout of waiting is
+//! reset within two timeouts of its last 64 KiB.
+//!
 //! Once the daemon drains ([`Draining`]) progress no longer resets the clock: a client has
 //! one send timeout of waiting, in all, for the rest of its answer. A client taking 64 KiB
 //! just inside each send timeout otherwise held the drain for as long as its answer lasted at
@@ -58,6 +67,15 @@ impl Draining {
     }
 }
 
+/// A blocked write's wait.
+struct Wait {
+    since: Instant,
+    /// Fires when the time left before the deadline has passed.
+    timer: Pin<Box<Sleep>>,
+    /// The socket's send queue when the wait began ([`SendQueue::unsent`]).
+    queued: Option<u64>,
+}
+
 /// A connection whose writes are bounded by the send deadline.
 pub struct SendDeadline<S> {
     inner: S,
@@ -68,12 +86,12 @@ pub struct SendDeadline<S> {
     waited: Duration,
     /// Bytes taken since the last reset.
     taken: u64,
-    /// When the current wait began, and the timer that ends it.
-    waiting: Option<(Instant, Pin<Box<Sleep>>)>,
+    /// The current wait, if a write is blocked.
+    waiting: Option<Wait>,
     tripped: bool,
 }
 
-impl<S: ResetOnClose> SendDeadline<S> {
+impl<S: ResetOnClose + SendQueue> SendDeadline<S> {
     pub fn new(inner: S, timeout: Duration, metrics: Metrics) -> Self {
         SendDeadline {
             inner,
@@ -100,8 +118,8 @@ impl<S: ResetOnClose> SendDeadline<S> {
 
     /// A write moved `n` bytes: the current wait (if any) ends and is charged.
     fn took(&mut self, n: usize) {
-        if let Some((since, _)) = self.waiting.take() {
-            self.waited += since.elapsed();
+        if let Some(wait) = self.waiting.take() {
+            self.waited += wait.since.elapsed();
         }
         self.taken += n as u64;
         if self.taken >= MIN_PROGRESS_BYTES && !self.draining.on() {
@@ -115,12 +133,29 @@ impl<S: ResetOnClose> SendDeadline<S> {
         if self.tripped {
             return Poll::Ready(Err(timed_out()));
         }
-        let left = self.timeout.saturating_sub(self.waited);
-        let (_, timer) = self
-            .waiting
-            .get_or_insert_with(|| (Instant::now(), Box::pin(tokio::time::sleep(left))));
-        if timer.as_mut().poll(cx).is_pending() {
-            return Poll::Pending;
+        loop {
+            let left = self.timeout.saturating_sub(self.waited);
+            let inner = &self.inner;
+            let wait = self.waiting.get_or_insert_with(|| Wait {
+                since: Instant::now(),
+                timer: Box::pin(tokio::time::sleep(left)),
+                queued: inner.unsent(),
+            });
+            if wait.timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            // The client took 64 KiB while the writer waited, unwoken: a new wait, with the
+            // whole timeout. Not once the daemon drains: then every wait counts.
+            let drained = wait
+                .queued
+                .zip(self.inner.unsent())
+                .map_or(0, |(before, now)| before.saturating_sub(now));
+            if drained < MIN_PROGRESS_BYTES || self.draining.on() {
+                break;
+            }
+            self.waiting = None;
+            self.waited = Duration::ZERO;
+            self.taken = 0;
         }
         self.tripped = true;
         self.metrics.limit_tripped(Limit::SendTimeout);
@@ -155,6 +190,35 @@ fn timed_out() -> io::Error {
     io::Error::new(io::ErrorKind::TimedOut, SEND_TIMEOUT_MESSAGE)
 }
 
+/// A connection whose send queue can be measured.
+pub trait SendQueue {
+    /// Bytes written to the connection and not yet taken by its peer, if known.
+    fn unsent(&self) -> Option<u64>;
+}
+
+impl SendQueue for tokio::net::TcpStream {
+    /// The socket's send queue (`SIOCOUTQ`: bytes not yet sent, or sent and not acknowledged).
+    #[cfg(target_os = "linux")]
+    fn unsent(&self) -> Option<u64> {
+        use std::os::fd::AsRawFd;
+        let mut queued: libc::c_int = 0;
+        // SAFETY: `TIOCOUTQ` (`SIOCOUTQ` for a TCP socket) writes one int through the pointer,
+        // which points at one; the descriptor is this stream's, open while it is borrowed.
+        let done = unsafe { libc::ioctl(self.as_raw_fd(), libc::TIOCOUTQ, &mut queued) };
+        if done == 0 {
+            u64::try_from(queued).ok()
+        } else {
+            None
+        }
+    }
+
+    /// Not measured: progress is what the writer hands the socket.
+    #[cfg(not(target_os = "linux"))]
+    fn unsent(&self) -> Option<u64> {
+        None
+    }
+}
+
 /// A connection that can be told to reset, rather than close gracefully, when it is dropped.
 pub trait ResetOnClose {
     fn reset_on_close(&self);
@@ -177,7 +241,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for SendDeadline<S> {
     }
 }
 
-impl<S: AsyncWrite + ResetOnClose + Unpin> AsyncWrite for SendDeadline<S> {
+impl<S: AsyncWrite + ResetOnClose + SendQueue + Unpin> AsyncWrite for SendDeadline<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -221,9 +285,17 @@ mod tests {
     use super::*;
 
     /// A socket stand-in: a write takes at most the room given so far and blocks without it;
-    /// [`Room::give`] adds room and wakes the blocked writer, as a client reading would.
+    /// [`Room::give`] adds room and wakes the blocked writer, as a client reading would. Its
+    /// send queue is what [`Room::queue`] last said (unknown before), and changing it wakes
+    /// no one, as a client taking less than a third of Linux's queue does not.
     #[derive(Clone, Default)]
-    struct Room(Arc<Mutex<(usize, Option<Waker>)>>);
+    struct Room(Arc<Mutex<(usize, Option<Waker>)>>, Arc<Mutex<Option<u64>>>);
+
+    impl SendQueue for Room {
+        fn unsent(&self) -> Option<u64> {
+            *self.1.lock().unwrap()
+        }
+    }
 
     impl Room {
         fn give(&self, bytes: usize) {
@@ -232,6 +304,12 @@ mod tests {
             if let Some(w) = r.1.take() {
                 w.wake();
             }
+        }
+    }
+
+    impl Room {
+        fn queue(&self, bytes: u64) {
+            *self.1.lock().unwrap() = Some(bytes);
         }
     }
 
@@ -296,6 +374,58 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(ms)).await;
             room.give(bytes);
         });
+    }
+
+    /// Set `room`'s send queue to `bytes` after `ms` of paused time.
+    fn queue_after(room: &Room, ms: u64, bytes: u64) {
+        let room = room.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            room.queue(bytes);
+        });
+    }
+
+    /// The writer is never woken, but 64 KiB leave the send queue in each timeout of waiting
+    /// (at 900 and 1800 ms): each timer that fires begins a new wait, and the first with less
+    /// gone (32 KiB by 3000 ms) is cut: at 1000 + 1000 + 1000 ms.
+    #[tokio::test(start_paused = true)]
+    async fn what_leaves_the_send_queue_while_the_writer_waits_counts_as_progress() {
+        let (mut c, room, metrics) = conn(1000);
+        let kib = 1024;
+        room.queue(512 * kib);
+        queue_after(&room, 900, 448 * kib);
+        queue_after(&room, 1800, 384 * kib);
+        queue_after(&room, 2500, 352 * kib);
+        let start = Instant::now();
+        let e = write(&mut c, 10).await.unwrap_err();
+        assert_eq!(e.to_string(), SEND_TIMEOUT_MESSAGE);
+        assert_eq!(start.elapsed(), Duration::from_millis(3000));
+        assert_eq!(metrics.trips(Limit::SendTimeout), 1);
+    }
+
+    /// Less than 64 KiB gone from the queue in a timeout of waiting: cut at the timeout.
+    #[tokio::test(start_paused = true)]
+    async fn less_than_64_kib_leaving_the_send_queue_is_cut_at_the_timeout() {
+        let (mut c, room, _) = conn(1000);
+        room.queue(512 * 1024);
+        queue_after(&room, 500, 512 * 1024 - MIN_PROGRESS_BYTES + 1);
+        let start = Instant::now();
+        assert!(write(&mut c, 10).await.is_err());
+        assert_eq!(start.elapsed(), Duration::from_millis(1000));
+    }
+
+    /// Once the daemon drains, what leaves the queue begins no new wait either.
+    #[tokio::test(start_paused = true)]
+    async fn once_the_daemon_drains_what_leaves_the_send_queue_begins_no_new_wait() {
+        let (c, room, _) = conn(1000);
+        let draining = Draining::default();
+        let mut c = c.drained_by(draining.clone());
+        draining.begin();
+        room.queue(512 * 1024);
+        queue_after(&room, 500, 256 * 1024);
+        let start = Instant::now();
+        assert!(write(&mut c, 10).await.is_err());
+        assert_eq!(start.elapsed(), Duration::from_millis(1000));
     }
 
     #[tokio::test(start_paused = true)]
