@@ -748,18 +748,15 @@ fn an_entry_whose_sync_fails_stays_committed_and_a_resend_replays_it() {
 /// resend the same task id.
 #[test]
 fn an_unrecorded_outcome_is_never_written_over_a_committed_task() {
-    let (_dir, c) = coordinator_with(HANDLER_DEADLINE, Arc::new(Counted::default()), None);
-    let session = session_of(&c, "ep");
-    let done = c.invoke(&read_call(&session, "t1", "a.txt")).unwrap();
-    let before = call_rows(c.store(), "t1");
-    let ids = CallIds {
-        invocation_id: Surface::Mcp.invocation_id("ep", "t1"),
-        episode: "ep".into(),
-        task: Surface::Mcp.task_key("t1"),
-        skill_id: "ailang-read".into(),
-        input_ref: before.0.as_ref().unwrap().input_ref,
-    };
-    let record = Object::new(sid::EFFECT_RECORD, "host/broker", b"{}".to_vec());
+    let CommittedT1 {
+        _dir,
+        c,
+        session,
+        entry_index,
+        before,
+        ids,
+        record,
+    } = committed_t1();
     let hash = record.hash;
     let recorded = write_unrecorded(c.store(), &ids, OutcomeStatus::Failed, vec![record], hash);
     assert_eq!(recorded, Unrecorded::Committed);
@@ -770,7 +767,42 @@ fn an_unrecorded_outcome_is_never_written_over_a_committed_task() {
         CallError::NotConfirmed
     ));
     let replayed = c.invoke(&read_call(&session, "t1", "a.txt")).unwrap();
-    assert_eq!(replayed.entry_index, done.entry_index);
+    assert_eq!(replayed.entry_index, entry_index);
+}
+
+/// Episode `ep`'s call `t1` committed on a fresh coordinator, and what an outcome written
+/// alone over it would carry: its rows as committed, its ids, and an effect record.
+struct CommittedT1 {
+    _dir: tempfile::TempDir,
+    c: Coordinator,
+    session: Session,
+    entry_index: u64,
+    before: (Option<TaskState>, Option<Option<OutcomeStatus>>, u64),
+    ids: CallIds,
+    record: Object,
+}
+
+fn committed_t1() -> CommittedT1 {
+    let (dir, c) = coordinator_with(HANDLER_DEADLINE, Arc::new(Counted::default()), None);
+    let session = session_of(&c, "ep");
+    let done = c.invoke(&read_call(&session, "t1", "a.txt")).unwrap();
+    let before = call_rows(c.store(), "t1");
+    let ids = CallIds {
+        invocation_id: Surface::Mcp.invocation_id("ep", "t1"),
+        episode: "ep".into(),
+        task: Surface::Mcp.task_key("t1"),
+        skill_id: "ailang-read".into(),
+        input_ref: before.0.as_ref().unwrap().input_ref,
+    };
+    CommittedT1 {
+        _dir: dir,
+        c,
+        session,
+        entry_index: done.entry_index,
+        before,
+        ids,
+        record: Object::new(sid::EFFECT_RECORD, "host/broker", b"{}".to_vec()),
+    }
 }
 
 /// A read beside its intent ([`CoordinatorConfig::sole_spender`]) whose intent's sync fails:
@@ -858,18 +890,14 @@ fn an_intent_refused_for_a_spent_budget_is_denied_when_its_batchs_sync_fails() {
 /// effect record never stored. It stays `Committed`: a resend replays the call.
 #[test]
 fn an_unrecorded_outcome_over_a_committed_task_stays_committed_when_the_sync_fails() {
-    let (_dir, c) = coordinator_with(HANDLER_DEADLINE, Arc::new(Counted::default()), None);
-    let session = session_of(&c, "ep");
-    c.invoke(&read_call(&session, "t1", "a.txt")).unwrap();
-    let before = call_rows(c.store(), "t1");
-    let ids = CallIds {
-        invocation_id: Surface::Mcp.invocation_id("ep", "t1"),
-        episode: "ep".into(),
-        task: Surface::Mcp.task_key("t1"),
-        skill_id: "ailang-read".into(),
-        input_ref: before.0.as_ref().unwrap().input_ref,
-    };
-    let record = Object::new(sid::EFFECT_RECORD, "host/broker", b"{}".to_vec());
+    let CommittedT1 {
+        _dir,
+        c,
+        before,
+        ids,
+        record,
+        ..
+    } = committed_t1();
     let hash = record.hash;
     c.store().stats().faults.fail_sync(eio());
     let recorded = write_unrecorded(c.store(), &ids, OutcomeStatus::Failed, vec![record], hash);
