@@ -325,11 +325,13 @@ fn a_group_commit_on_a_disk_that_takes_nothing_is_split_once_not_per_operation()
     assert_eq!(stats.split_commits.load(Ordering::SeqCst), 2);
 }
 
-/// `objects`, each a queued write, drained as one batch by a writer loop run here (its syncing
+/// `objects`, each a queued write (the `i`th failing on its own after writing when `fails[i]`,
+/// none past the end of `fails`), drained as one batch by a writer loop run here (its syncing
 /// thread included); each one's answer, and how many times the commit signal was raised.
 fn one_batch_through_the_writer(
     store: &Store,
     objects: Vec<Object>,
+    fails: &[bool],
 ) -> (Vec<Result<(), StoreError>>, usize) {
     let inner = &store.inner;
     let raised = Arc::new(AtomicUsize::new(0));
@@ -340,8 +342,10 @@ fn one_batch_through_the_writer(
     let (sender, receiver) = mpsc::channel();
     let replies: Vec<Reply> = objects
         .into_iter()
-        .map(|o| {
-            let (job, reply) = job(o, false, Arc::default(), inner.map_size);
+        .enumerate()
+        .map(|(i, o)| {
+            let fail = fails.get(i).copied().unwrap_or(false);
+            let (job, reply) = job(o, fail, Arc::default(), inner.map_size);
             sender.send(job).unwrap();
             reply
         })
@@ -379,7 +383,7 @@ fn a_split_part_that_fails_for_other_than_room_is_not_taken_for_one_that_fitted(
         .map(|i| Object::new("world/test/v1", "t", format!("half {i}").into_bytes()))
         .collect();
     let refs: Vec<Ref> = objects.iter().map(|o| o.hash).collect();
-    let (results, raised) = one_batch_through_the_writer(&store, objects);
+    let (results, raised) = one_batch_through_the_writer(&store, objects, &[]);
     assert_eq!(
         results,
         [Err(eio.clone()), Err(eio.clone()), Ok(()), Ok(())]
@@ -399,7 +403,7 @@ fn a_split_part_that_fails_for_other_than_room_is_not_taken_for_one_that_fitted(
         .map(|i| Object::new("world/test/v1", "t", format!("split {i}").into_bytes()))
         .collect();
     let refs: Vec<Ref> = objects.iter().map(|o| o.hash).collect();
-    let (results, raised) = one_batch_through_the_writer(&store, objects);
+    let (results, raised) = one_batch_through_the_writer(&store, objects, &[]);
     assert_eq!(results, vec![Err(eio); 4]);
     assert!(
         store.writes_failing(),
@@ -437,20 +441,7 @@ fn a_commit_whose_sync_fails_is_answered_committed_but_not_durable() {
         .map(|i| Object::new("world/test/v1", "t", format!("unsynced {i}").into_bytes()))
         .collect();
     let refs: Vec<Ref> = objects.iter().map(|o| o.hash).collect();
-    let inner = &store.inner;
-    let (sender, receiver) = mpsc::channel();
-    let replies: Vec<Reply> = objects
-        .into_iter()
-        .zip([false, true, false])
-        .map(|(o, fail)| {
-            let (job, reply) = job(o, fail, Arc::default(), inner.map_size);
-            sender.send(job).unwrap();
-            reply
-        })
-        .collect();
-    drop(sender);
-    writer_of(inner).run(receiver);
-    let results: Vec<Result<(), StoreError>> = replies.into_iter().map(Submitted::wait).collect();
+    let (results, _) = one_batch_through_the_writer(&store, objects, &[false, true, false]);
     let not_durable = StoreError::NotDurable(Box::new(eio.clone()));
     assert_eq!(
         results,
