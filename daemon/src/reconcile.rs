@@ -25,6 +25,11 @@
 //! | `queued` | 200 | this daemon holds the call, which waits behind its episode's running call; nothing of it is journaled yet (`outcome.reason` `in-flight`) | ask again later; do not send it again under another key |
 //! | `not-found` | 404 | nothing was journaled under this key in your episode, and this daemon holds no such call | safe to send |
 //!
+//! A key names a call on each surface, so a `not-found` answer also says whether the other
+//! surface holds the key (`otherSurface`: its surface, invocation id and state): sent again over
+//! the asked surface, such a call would run a second time. Only a `not-found` without
+//! `otherSurface` is safe to send.
+//!
 //! A call absent from a store the daemon has found rolled back under it (a copy put over its
 //! data file) is not `not-found`: the copy may lack calls the daemon acknowledged, so the
 //! answer is `503 Unavailable` saying so, and the call is not safe to send.
@@ -76,6 +81,14 @@ fn parse_surface(s: &str) -> Option<Surface> {
         "mcp" => Some(Surface::Mcp),
         "a2a" => Some(Surface::A2a),
         _ => None,
+    }
+}
+
+/// The surface a key was not asked on.
+fn other_surface(s: Surface) -> Surface {
+    match s {
+        Surface::Mcp => Surface::A2a,
+        Surface::A2a => Surface::Mcp,
     }
 }
 
@@ -148,6 +161,15 @@ enum LookedIn<'a> {
 
 /// The `404 not-found` answer for `invocation_id`, as [`LookedIn`] says.
 fn not_found(surface: Surface, invocation_id: &str, task_id: &str, looked: LookedIn) -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        Json(not_found_json(surface, invocation_id, task_id, looked)),
+    )
+        .into_response()
+}
+
+/// The body of the `404 not-found` answer.
+fn not_found_json(surface: Surface, invocation_id: &str, task_id: &str, looked: LookedIn) -> Value {
     let message = match looked {
         LookedIn::Elsewhere => format!(
             "no call {invocation_id} that this session may read (another episode's calls are its own)"
@@ -161,17 +183,23 @@ fn not_found(surface: Surface, invocation_id: &str, task_id: &str, looked: Looke
             surface.prefix()
         ),
     };
-    (
-        StatusCode::NOT_FOUND,
-        Json(json!({
-            "state": "not-found",
-            "surface": surface.prefix(),
-            "taskId": task_id,
-            "invocationId": invocation_id,
-            "error": {"class": "NotFound", "message": message},
-        })),
-    )
-        .into_response()
+    json!({
+        "state": "not-found",
+        "surface": surface.prefix(),
+        "taskId": task_id,
+        "invocationId": invocation_id,
+        "error": {"class": "NotFound", "message": message},
+    })
+}
+
+/// What the daemon holds of one call.
+enum Found {
+    /// Its task state, and its outcome.
+    Call(Box<Reconciliation>, Outcome),
+    /// Nothing journaled, but the daemon holds it in its episode's queue.
+    Queued,
+    /// Nothing journaled, nor held.
+    Absent,
 }
 
 async fn reconcile(
@@ -180,10 +208,72 @@ async fn reconcile(
     surface: Surface,
     task_id: String,
 ) -> Result<Response, ApiError> {
-    let s = state.clone();
     let episode = session.episode.clone();
     let operator = session.operator;
-    let t = task_id.clone();
+    let id = surface.invocation_id(&episode, &task_id);
+    let (r, outcome) = match find(&state, session.clone(), surface, &task_id).await? {
+        Found::Call(r, outcome) => (r, outcome),
+        Found::Queued => return Ok(queued(surface, &id, &task_id)),
+        Found::Absent => {
+            // A key names a call on each surface: one sent over the other is absent from this
+            // one, and sent again over this one it would run a second time. Said with the
+            // not-found, so that "safe to send" is read only where neither surface holds it.
+            let other = other_surface(surface);
+            let elsewhere = match find(&state, session, other, &task_id).await? {
+                Found::Call(r, _) => Some((r.invocation_id.clone(), r.state.as_str())),
+                Found::Queued => Some((other.invocation_id(&episode, &task_id), "queued")),
+                Found::Absent => None,
+            };
+            let looked = if operator {
+                LookedIn::Episode(&episode)
+            } else {
+                LookedIn::Own
+            };
+            let mut answer = not_found_json(surface, &id, &task_id, looked);
+            if let Some((other_id, other_state)) = elsewhere {
+                answer["otherSurface"] = json!({
+                    "surface": other.prefix(),
+                    "invocationId": other_id,
+                    "state": other_state,
+                });
+                answer["error"]["message"] = Value::String(format!(
+                    "{}, but {other_id} was sent over {} ({other_state}): do not send it over {}, which would run it again",
+                    answer["error"]["message"].as_str().unwrap_or_default(),
+                    other.prefix(),
+                    surface.prefix()
+                ));
+            }
+            return Ok((StatusCode::NOT_FOUND, Json(answer)).into_response());
+        }
+    };
+    Ok(Json(json!({
+        "state": r.state.as_str(),
+        "surface": surface.prefix(),
+        "taskId": task_id,
+        "invocationId": r.invocation_id,
+        "skillId": r.skill_id,
+        "entryIndex": r.entry_index,
+        "outputRef": r.output_ref,
+        "worldRef": r.world_ref,
+        "effects": outcome::effects_json(&r.effects),
+        "outcome": outcome.to_json(),
+    }))
+    .into_response())
+}
+
+/// What the daemon holds of the call `task_id` sent over `surface` in the session's episode:
+/// its task state (a committed one checked against the entry it names), or that this daemon
+/// holds it queued, or nothing. A store found rolled back under the daemon answers 503 for a
+/// call it lacks, which may have run.
+async fn find(
+    state: &AppState,
+    session: Arc<Session>,
+    surface: Surface,
+    task_id: &str,
+) -> Result<Found, ApiError> {
+    let s = state.clone();
+    let episode = session.episode.clone();
+    let t = task_id.to_owned();
     let found = crate::durable_answers::spawn_read(move || -> Result<_, ApiError> {
         let coordinator = s.coordinator();
         let id = surface.invocation_id(&session.episode, &t);
@@ -230,38 +320,21 @@ async fn reconcile(
     })
     .await
     .map_err(|e| ApiError::internal("reconcile task", e))??;
-    let Some((r, outcome)) = found else {
-        let id = surface.invocation_id(&episode, &task_id);
-        // Nothing journaled yet, but the daemon holds the call: it waits behind its episode's
-        // running call (or is being opened). Not safe to send: it is about to run.
-        if state.admission().holds(&episode, &id) {
-            return Ok(queued(surface, &id, &task_id));
-        }
-        // A store rolled back under the daemon may lack calls it acknowledged: absent from it
-        // is not "never journaled", and "safe to send" could run an effect twice.
-        if state.store().rolled_back() {
-            return Err(rolled_back_absent(&id));
-        }
-        let looked = if operator {
-            LookedIn::Episode(&episode)
-        } else {
-            LookedIn::Own
-        };
-        return Ok(not_found(surface, &id, &task_id, looked));
-    };
-    Ok(Json(json!({
-        "state": r.state.as_str(),
-        "surface": surface.prefix(),
-        "taskId": task_id,
-        "invocationId": r.invocation_id,
-        "skillId": r.skill_id,
-        "entryIndex": r.entry_index,
-        "outputRef": r.output_ref,
-        "worldRef": r.world_ref,
-        "effects": outcome::effects_json(&r.effects),
-        "outcome": outcome.to_json(),
-    }))
-    .into_response())
+    if let Some((r, outcome)) = found {
+        return Ok(Found::Call(Box::new(r), outcome));
+    }
+    let id = surface.invocation_id(&episode, task_id);
+    // Nothing journaled yet, but the daemon holds the call: it waits behind its episode's
+    // running call (or is being opened). Not safe to send: it is about to run.
+    if state.admission().holds(&episode, &id) {
+        return Ok(Found::Queued);
+    }
+    // A store rolled back under the daemon may lack calls it acknowledged: absent from it is
+    // not "never journaled", and "safe to send" could run an effect twice.
+    if state.store().rolled_back() {
+        return Err(rolled_back_absent(&id));
+    }
+    Ok(Found::Absent)
 }
 
 /// `read` (a call's task state) and whether this daemon runs the call: its in-flight mark

@@ -74,27 +74,39 @@ fn route(a: &CallsGetArgs, surface: &str) -> Result<String, Failure> {
     })
 }
 
-/// What the other surface holds under a bare key found on neither the asked one: `None` when
-/// nothing was journaled under it there either; else what to say instead of "safe to send",
-/// since the key sent again over the asked surface would run the call a second time.
-fn sent_elsewhere(a: &CallsGetArgs, other: &str) -> Result<Option<String>, Failure> {
-    let path = route(a, other)?;
-    let (status, body) = get(&a.client, &path)?;
-    let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    if status == 404 && v["state"] == "not-found" {
+/// What the other surface holds of a call found not on the asked one (`asked`, the daemon's
+/// not-found answer `v`): `None` when nothing was journaled under its key there either; else
+/// what to say instead of "safe to send", since the key sent again over the asked surface would
+/// run the call a second time. The daemon says it (`otherSurface`); a daemon that does not is
+/// asked at `other_path`.
+fn sent_elsewhere(
+    a: &CallsGetArgs,
+    v: &Value,
+    asked: &str,
+    other: &str,
+    other_path: &str,
+    hint: &str,
+) -> Result<Option<String>, Failure> {
+    if let Some(o) = v.get("otherSurface").filter(|o| o.is_object()) {
+        return Ok(Some(format!(
+            "but {} was sent over {other}: do not send it over {asked}, which would run it again; `worldd calls get {hint}` says how it ended",
+            super::terminal::one_line(o["invocationId"].as_str().unwrap_or(&a.handle)),
+        )));
+    }
+    let (status, body) = get(&a.client, other_path)?;
+    let o: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    if status == 404 && o["state"] == "not-found" {
         return Ok(None);
     }
-    let key = super::terminal::one_line(&a.handle);
     Ok(Some(if (200..300).contains(&status) {
         format!(
-            "but {} was sent over {other}: do not send it over {}, which would run it again; `worldd calls get {key} --surface {other}` says how it ended",
-            v["invocationId"].as_str().unwrap_or(&a.handle),
-            a.surface
+            "but {} was sent over {other}: do not send it over {asked}, which would run it again; `worldd calls get {hint}` says how it ended",
+            super::terminal::one_line(o["invocationId"].as_str().unwrap_or(&a.handle)),
         )
     } else {
         format!(
-            "and whether it was sent over {other} could not be read ({}): do not send it until `worldd calls get {key} --surface {other}` answers",
-            super::client::refused(&a.client, &path, status, &body).message
+            "and whether it was sent over {other} could not be read ({}): do not send it until `worldd calls get {hint}` answers",
+            super::client::refused(&a.client, other_path, status, &body).message
         )
     }))
 }
@@ -113,10 +125,38 @@ pub fn calls(cmd: CallsCommand) -> CliResult {
         if a.json {
             outln!("{v}");
         }
+        let id = v["invocationId"].as_str().unwrap_or(&a.handle);
+        // A key names a call on each surface: one sent over the other surface is not found on
+        // this one, and resending it here would run it a second time. Safe to send only once
+        // neither holds it, asked by a bare key or by an invocation id alike.
+        let (asked, other_path, hint, episode) =
+            match broker_core::task::split_invocation_id(&a.handle) {
+                Some((surface, episode, task)) => {
+                    let other = if surface == "mcp" { "a2a" } else { "mcp" };
+                    let other_id = format!("{other}:{episode}:{task}");
+                    let path = format!(
+                        "/v1/invocations/{}",
+                        super::client::pieces(&other_id, "invocation id")?
+                    );
+                    (surface, path, other_id, Some(episode))
+                }
+                None => {
+                    let other = if a.surface == "mcp" { "a2a" } else { "mcp" };
+                    let key = super::terminal::one_line(&a.handle);
+                    (
+                        a.surface.as_str(),
+                        route(&a, other)?,
+                        format!("{key} --surface {other}"),
+                        None,
+                    )
+                }
+            };
+        let other = if asked == "mcp" { "a2a" } else { "mcp" };
+        let id = super::terminal::one_line(id);
         // Another episode's call is answered alike whether or not it exists; sending it is
-        // not this session's to do.
-        // An operator reads every episode's calls: its not-found is the plain one below.
-        if let Some((_, episode, _)) = broker_core::task::split_invocation_id(&a.handle) {
+        // not this session's to do. An operator reads every episode's calls.
+        let mut theirs = None;
+        if let Some(episode) = episode {
             let (own, operator) = own_episode(&a.client)?;
             if episode != own && !operator {
                 return Err(Failure::usage(format!(
@@ -126,33 +166,22 @@ pub fn calls(cmd: CallsCommand) -> CliResult {
                 )));
             }
             if episode != own {
-                return Err(Failure::usage(format!(
-                    "calls get: not found: {} (nothing was journaled under it in episode {}, and the daemon holds no such call: that episode may send it)",
-                    super::terminal::one_line(&a.handle),
-                    super::terminal::one_line(episode)
-                )));
+                theirs = Some(super::terminal::one_line(episode));
             }
         }
-        let id = v["invocationId"].as_str().unwrap_or(&a.handle);
-        if a.handle.contains(':') {
-            return Err(Failure::usage(format!(
-                "calls get: not found: {id} (nothing was journaled under it in your episode; it is safe to send)"
-            )));
-        }
-        // A bare key names a call on each surface: one sent over the other surface is not
-        // found on this one, and resending it here would run it a second time. Safe to send
-        // only once neither holds it.
-        let other = if a.surface == "mcp" { "a2a" } else { "mcp" };
-        return Err(Failure::usage(match sent_elsewhere(&a, other)? {
-            None => format!(
-                "calls get: not found: {id} (nothing was journaled under it in your episode, over {} or over {other}; it is safe to send)",
-                a.surface
-            ),
-            Some(instead) => format!(
-                "calls get: not found: {id} (nothing was journaled under it over {}), {instead}",
-                a.surface
-            ),
-        }));
+        return Err(Failure::usage(
+            match (sent_elsewhere(&a, &v, asked, other, &other_path, &hint)?, theirs) {
+                (None, None) => format!(
+                    "calls get: not found: {id} (nothing was journaled under it in your episode, over {asked} or over {other}; it is safe to send)"
+                ),
+                (None, Some(episode)) => format!(
+                    "calls get: not found: {id} (nothing was journaled under it in episode {episode}, and the daemon holds no such call: that episode may send it)"
+                ),
+                (Some(instead), _) => format!(
+                    "calls get: not found: {id} (nothing was journaled under it over {asked}), {instead}"
+                ),
+            },
+        ));
     }
     // The store no longer holds the entry the call's task state names: an integrity failure,
     // said as the daemon says it.
