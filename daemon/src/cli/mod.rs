@@ -227,6 +227,12 @@ impl DbArg {
             Some(config) => serve::config_store_paths(config).map_err(Failure::usage)?,
             None => (None, None),
         };
+        if let (None, Some(given), Some(config)) = (&self.db, &file_db, &self.config) {
+            *DB_FROM_CONFIG
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                Some((given.clone(), config.clone()));
+        }
         Ok(StorePaths {
             db: self
                 .db
@@ -239,6 +245,31 @@ impl DbArg {
                 .unwrap_or_else(|| PathBuf::from(session::DEFAULT_WORKSPACE_ROOT)),
         })
     }
+}
+
+/// The store path this run took from `[serve] db` of a config file, and that file. A verb run
+/// in another directory than the daemon's takes a relative one against its own: the
+/// missing-store message says where the path came from ([`db_from_config`]).
+static DB_FROM_CONFIG: std::sync::Mutex<Option<(PathBuf, PathBuf)>> = std::sync::Mutex::new(None);
+
+/// Where `db` came from when `[serve] db` of `--config` gave it: the key as written, the
+/// file, and (for a relative path) that it is taken against the working directory.
+pub(super) fn db_from_config(db: &std::path::Path) -> Option<String> {
+    let taken = DB_FROM_CONFIG
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (given, config) = taken.as_ref().filter(|(given, _)| given == db)?;
+    let config = std::path::absolute(config).unwrap_or_else(|_| config.clone());
+    Some(format!(
+        "`[serve] db = {:?}` of {}{}",
+        given.to_string_lossy(),
+        config.display(),
+        if given.is_relative() {
+            ", taken against the working directory, as worldd serve takes it"
+        } else {
+            ""
+        }
+    ))
 }
 
 /// The command line, with a leading `-` followed by a digit read as a value wherever a flag

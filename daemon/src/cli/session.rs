@@ -415,10 +415,14 @@ fn open_with(db: &Path, options: StoreOptions) -> Result<Store, Failure> {
             // The store says it is absent (it never creates one unless asked): a usage error
             // here. Most often the verb runs in another directory than the daemon's (a second
             // terminal), where `worldd serve` would fail on the daemon's port: say where it
-            // looked, and what to do.
+            // looked, and what to do; a path from a config file as written there too, since a
+            // relative one is taken against this directory, not the file's.
             None => Failure::usage(format!(
-                "world store {} does not exist; refusing to create one: run this in the directory the daemon was started in, or pass --db with the daemon's store (worldd serve creates a store, for a new world only)",
-                std::path::absolute(db).unwrap_or_else(|_| db.to_path_buf()).display()
+                "world store {} does not exist{}; refusing to create one: run this in the directory the daemon was started in, or pass --db with the daemon's store (worldd serve creates a store, for a new world only)",
+                std::path::absolute(db).unwrap_or_else(|_| db.to_path_buf()).display(),
+                super::db_from_config(db)
+                    .map(|from| format!(" ({from})"))
+                    .unwrap_or_default()
             )),
         },
         e => Failure::fatal(format!("cannot open {}: {e}", db.display())),
