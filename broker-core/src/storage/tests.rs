@@ -325,6 +325,15 @@ fn a_group_commit_on_a_disk_that_takes_nothing_is_split_once_not_per_operation()
     assert_eq!(stats.split_commits.load(Ordering::SeqCst), 2);
 }
 
+/// `n` small objects, `"{what} 0"`, `"{what} 1"`, …, and their refs.
+fn objects_named(what: &str, n: usize) -> (Vec<Object>, Vec<Ref>) {
+    let objects: Vec<Object> = (0..n)
+        .map(|i| Object::new("world/test/v1", "t", format!("{what} {i}").into_bytes()))
+        .collect();
+    let refs = objects.iter().map(|o| o.hash).collect();
+    (objects, refs)
+}
+
 /// `objects`, each a queued write (the `i`th failing on its own after writing when `fails[i]`,
 /// none past the end of `fails`), drained as one batch by a writer loop run here (its syncing
 /// thread included); each one's answer, and how many times the commit signal was raised.
@@ -379,10 +388,7 @@ fn a_split_part_that_fails_for_other_than_room_is_not_taken_for_one_that_fitted(
     // second commits: only the committed half succeeds, and the other is not split again.
     stats.faults.fail_commit(full());
     stats.faults.fail_commit(eio.clone());
-    let objects: Vec<Object> = (0..4)
-        .map(|i| Object::new("world/test/v1", "t", format!("half {i}").into_bytes()))
-        .collect();
-    let refs: Vec<Ref> = objects.iter().map(|o| o.hash).collect();
+    let (objects, refs) = objects_named("half", 4);
     let (results, raised) = one_batch_through_the_writer(&store, objects, &[]);
     assert_eq!(
         results,
@@ -399,10 +405,7 @@ fn a_split_part_that_fails_for_other_than_room_is_not_taken_for_one_that_fitted(
     stats.faults.fail_commit(full());
     stats.faults.fail_commit(eio.clone());
     stats.faults.fail_commit(eio.clone());
-    let objects: Vec<Object> = (0..4)
-        .map(|i| Object::new("world/test/v1", "t", format!("split {i}").into_bytes()))
-        .collect();
-    let refs: Vec<Ref> = objects.iter().map(|o| o.hash).collect();
+    let (objects, refs) = objects_named("split", 4);
     let (results, raised) = one_batch_through_the_writer(&store, objects, &[]);
     assert_eq!(results, vec![Err(eio); 4]);
     assert!(
@@ -437,10 +440,7 @@ fn a_commit_whose_sync_fails_is_answered_committed_but_not_durable() {
     let store = Store::create(&db).unwrap();
     let eio = StoreError::Io("Input/output error (os error 5)".into());
     store.stats().faults.fail_sync(eio.clone());
-    let objects: Vec<Object> = (0..3)
-        .map(|i| Object::new("world/test/v1", "t", format!("unsynced {i}").into_bytes()))
-        .collect();
-    let refs: Vec<Ref> = objects.iter().map(|o| o.hash).collect();
+    let (objects, refs) = objects_named("unsynced", 3);
     let (results, _) = one_batch_through_the_writer(&store, objects, &[false, true, false]);
     let not_durable = StoreError::NotDurable(Box::new(eio.clone()));
     assert_eq!(
