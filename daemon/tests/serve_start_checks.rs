@@ -573,20 +573,11 @@ fn a_store_or_workspace_root_below_a_directory_every_user_may_write_however_deep
     std::fs::create_dir_all(open.join("sub")).unwrap();
     std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
     let db = open.join("sub/db");
-    let args = |db: &Path, root: &Path| {
-        [
-            "--db",
-            path_str(db),
-            "--workspace-root",
-            path_str(root),
-            "--bind",
-            "127.0.0.1:0",
-            "--plugin-dir",
-            path_str(&d.join("no-plugins")),
-        ]
-        .map(str::to_owned)
+    let no_plugins = d.join("no-plugins");
+    let refused = |db: &Path, root: &Path| {
+        refused_serve_on(db, root, &["--plugin-dir", path_str(&no_plugins)], d)
     };
-    let r = refused_start(&args(&db, &d.join("wt")), d);
+    let r = refused(&db, &d.join("wt"));
     assert_eq!(r.code, Some(2), "{}", r.stderr);
     assert_eq!(
         r.line,
@@ -600,7 +591,7 @@ fn a_store_or_workspace_root_below_a_directory_every_user_may_write_however_deep
     assert!(!db.exists());
     assert!(!d.join("wt").exists());
     let root = open.join("sub/wt");
-    let r = refused_start(&args(&d.join("db"), &root), d);
+    let r = refused(&d.join("db"), &root);
     assert_eq!(r.code, Some(2), "{}", r.stderr);
     assert_eq!(
         r.line,
