@@ -79,9 +79,6 @@ limits! {
     BodyBudget => "body_budget",
     /// A request body refused for its credential's share of the body budget.
     BodyShare => "body_share",
-    /// A request body refused: its credential's bodies being read already take a quarter of
-    /// `[server] max_connections`.
-    BodyReaders => "body_readers",
     /// A request refused: its credential's requests in flight already take a quarter of
     /// `[server] max_connections`.
     RequestsInFlight => "requests_in_flight",

@@ -155,12 +155,8 @@ impl AppStateBuilder {
                 limits: self.limits,
                 host_policy: HostPolicy::new(&self.server),
                 turns: crate::edge::turns::Turns::new(&self.server),
-                bodies: Bodies::new(
-                    self.server.body_budget_bytes,
-                    self.server.max_connections,
-                    metrics.clone(),
-                )
-                .small_pieces(self.server.body_small_pieces),
+                bodies: Bodies::new(self.server.body_budget_bytes, metrics.clone())
+                    .small_pieces(self.server.body_small_pieces),
                 server: self.server,
                 info: self.info,
                 metrics,

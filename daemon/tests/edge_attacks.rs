@@ -1513,8 +1513,10 @@ fn one_session_holding_large_uploads_open_cannot_refuse_another_sessions_writes(
 }
 
 /// One session trickling small bodies in under the body deadline keeps each connection busy
-/// (so a new client cannot take it over); it may have at most a quarter of the connection
-/// limit of bodies being read at once.
+/// (so a new client cannot take it over); its share of requests in flight (a quarter of the
+/// connection limit) bounds the bodies it has being read at once, since every route that reads
+/// a body authenticates first (the separate quarter of bodies being read, which could never
+/// trip before it, is gone).
 #[test]
 fn one_session_trickling_bodies_holds_at_most_a_quarter_of_the_connections() {
     let (d, _c) = start_with(
@@ -1527,7 +1529,7 @@ fn one_session_trickling_bodies_holds_at_most_a_quarter_of_the_connections() {
     let held: Vec<TcpStream> = (0..2).map(|_| body_in_flight(&d, &attacker)).collect();
     // A third is refused before its body is read (sent whole, so the answer is not held
     // back waiting for it): the two bodies are the credential's whole share of requests in
-    // flight, which bounds its bodies being read before their own quarter does.
+    // flight.
     let whole = mcp_post_head(&d, &attacker, 100, false) + &" ".repeat(100);
     let a = raw_exchange(&d.addr, whole.as_bytes());
     assert_eq!(a.status, 503);

@@ -24,10 +24,9 @@
 //! answer budget keys it, [`Client`]) holds at most a quarter of the budget, so that one
 //! session holding large uploads open cannot refuse every other session's; a single body
 //! larger than a quarter may take the whole quarter and the rest from the budget, and one
-//! larger than the whole budget takes all of it when it is free. Nor may one
-//! credential have more than a quarter of `max_connections` bodies being read at once: bodies
-//! trickled in under the deadline keep their connections busy, and connections with a request
-//! in flight are the ones a new client cannot take over ([`super::connections`]).
+//! larger than the whole budget takes all of it when it is free. (How many bodies one
+//! credential has being read at once is bounded by its share of requests in flight,
+//! [`super::connections`]: every route authenticates before it reads a body.)
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -110,8 +109,6 @@ pub struct Bodies {
     budget_units: usize,
     /// KiB each credential's bodies hold now, at most a quarter of the budget.
     shares: Quota<Client>,
-    /// Bodies each credential has being read now, at most a quarter of the connections.
-    reading: Quota<Client>,
     /// Most pieces under [`SMALL_PIECE_BYTES`] one body may arrive in.
     small_pieces: usize,
     /// Set once the daemon drains: a body still being read is refused then, rather than
@@ -233,9 +230,6 @@ pub enum Busy {
     /// This credential's bodies in flight: a quarter of the budget
     /// (`limit_trips_total{limit="body_share"}`).
     Share,
-    /// This credential's bodies being read: a quarter of the connection limit
-    /// (`limit_trips_total{limit="body_readers"}`).
-    Readers,
 }
 
 impl From<Busy> for BodyError {
@@ -250,7 +244,6 @@ impl Busy {
         match self {
             Busy::Budget => Limit::BodyBudget,
             Busy::Share => Limit::BodyShare,
-            Busy::Readers => Limit::BodyReaders,
         }
     }
 
@@ -259,20 +252,18 @@ impl Busy {
         match self {
             Busy::Budget => BUSY_TEXT,
             Busy::Share => SHARE_TEXT,
-            Busy::Readers => READERS_TEXT,
         }
     }
 }
 
 impl Bodies {
-    /// A budget of `budget_bytes`, on a daemon of at most `max_connections` connections.
-    pub fn new(budget_bytes: usize, max_connections: usize, metrics: Metrics) -> Bodies {
+    /// A budget of `budget_bytes`.
+    pub fn new(budget_bytes: usize, metrics: Metrics) -> Bodies {
         let units = budget_bytes.div_ceil(KIB).clamp(1, Semaphore::MAX_PERMITS);
         Bodies {
             budget: Arc::new(Semaphore::new(units)),
             budget_units: units,
             shares: Quota::new((units / 4).max(1)),
-            reading: Quota::new((max_connections / 4).max(1)),
             small_pieces: DEFAULT_SMALL_PIECES,
             closing: Arc::new(tokio::sync::watch::Sender::new(false)),
             metrics,
@@ -441,10 +432,6 @@ impl Bodies {
             return Err(BodyError::TooLarge);
         }
         let client = Client::of(headers);
-        // Held while the body is read, not while its call runs.
-        let Some(_reading) = self.reading.take(&client, 1) else {
-            return Err(BodyError::Busy(Busy::Readers));
-        };
         let mut held = None;
         // A declared length is taken from the budget whole, before anything is read.
         let declared = declared.unwrap_or(0) as usize;
@@ -676,10 +663,6 @@ pub const BUSY_TEXT: &str =
 pub const SHARE_TEXT: &str =
     "too many request bodies from this credential in flight (a quarter of [server] body_budget_bytes); retry shortly";
 
-/// Why a body was refused for its credential's bodies being read at once.
-pub const READERS_TEXT: &str =
-    "too many request bodies from this credential being read at once (a quarter of [server] max_connections); retry shortly";
-
 /// A limit in words: `4 MiB` when it is a whole number of MiB, else `N bytes`.
 pub fn describe(limit: usize) -> String {
     const MIB: usize = 1024 * 1024;
@@ -762,7 +745,7 @@ mod tests {
     }
 
     fn bodies(budget: usize) -> Bodies {
-        Bodies::new(budget, 4096, Metrics::default())
+        Bodies::new(budget, Metrics::default())
     }
 
     #[tokio::test(start_paused = true)]
@@ -903,38 +886,6 @@ mod tests {
             .await;
         assert_eq!(r.unwrap().bytes.len(), big(8));
         assert_eq!(b.metrics.trips(Limit::BodyShare), 0);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn one_credential_reads_at_most_a_quarter_of_the_connections_bodies_at_once() {
-        let b = Bodies::new(1 << 20, 8, Metrics::default());
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let trickled = |c: char| {
-            let b = b.clone();
-            tokio::spawn(async move {
-                let body = Body::new(Stalled(Some(Bytes::from_static(b"{"))));
-                b.read(&from(c, length(100)), body, 1 << 20, deadline).await
-            })
-        };
-        let (a1, a2) = (trickled('a'), trickled('a'));
-        tokio::task::yield_now().await;
-        let r = b
-            .read(&from('a', length(2)), Body::from("{}"), 1 << 20, deadline)
-            .await;
-        assert_eq!(r.err(), Some(BodyError::Busy(Busy::Readers)));
-        assert_eq!(b.metrics.trips(Limit::BodyReaders), 1);
-        // Another credential reads; once a read ends, its place is free again.
-        let r = b
-            .read(&from('b', length(2)), Body::from("{}"), 1 << 20, deadline)
-            .await;
-        assert_eq!(r.unwrap().bytes.len(), 2);
-        a1.abort();
-        let _ = a1.await;
-        let r = b
-            .read(&from('a', length(2)), Body::from("{}"), 1 << 20, deadline)
-            .await;
-        assert_eq!(r.unwrap().bytes.len(), 2);
-        assert_eq!(a2.await.unwrap().err(), Some(BodyError::TimedOut));
     }
 
     #[tokio::test]
