@@ -202,6 +202,10 @@ pub fn rest_commit(
                     return Err(CommitError::Reused(id.clone()));
                 }
                 if state.status == Some(OutcomeStatus::Committed) {
+                    // A resend confirms the commit durable (the answer to a commit whose sync
+                    // failed asks for it): it writes nothing, so without this a sync that
+                    // still fails would leave it answered 200.
+                    w.answer_as_written();
                     return Ok(c.world_ref);
                 }
             }
@@ -303,4 +307,81 @@ pub fn receipt(store: &Store, id: &str) -> Result<Receipt, CommitError> {
         return Err(CommitError::BadInvocationId);
     }
     Ok(store.read(|r| journal::receipt(r, id))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::EntryHeader;
+    use crate::object::sid;
+
+    fn eio() -> StoreError {
+        StoreError::Io("Input/output error (os error 5)".into())
+    }
+
+    /// A commit of one record on the store's head, journaled under `rest:x`.
+    fn commit_on_head(store: &Store) -> RestCommit {
+        let head = store.read(log::head).unwrap().unwrap();
+        let note = serde_json::json!({"n": 1});
+        let out = Object::json(sid::INVOCATION_OUTPUT, "rest:ops", &note).unwrap();
+        let rec = Object::json(sid::INVOCATION_RECORD, "rest:ops", &note).unwrap();
+        let entry = Entry::new(
+            EntryHeader {
+                entry_index: head.world.revision + 1,
+                semantics_epoch: 1,
+                transition_fn: Ref::of(b"fn"),
+                interpreter: log::interpreter_ref().unwrap(),
+                prev_entry_hash: head.world.log_head,
+                written_by: "rest:ops".into(),
+            },
+            rec.hash,
+        )
+        .unwrap();
+        let world = World {
+            revision: entry.header.entry_index,
+            state_root: out.hash,
+            log_head: entry.entry_hash,
+        };
+        RestCommit {
+            invocation_id: Some("rest:x".into()),
+            observed_head: Some(head.world_ref),
+            objects: vec![out, rec],
+            world_ref: world.reference().unwrap(),
+            entry,
+            world,
+        }
+    }
+
+    /// A commit whose sync failed is answered not durable, and asks to be sent again to
+    /// confirm it. Sent again while syncs still failed, it found its journal status committed,
+    /// wrote nothing and was answered 200 though nothing was durable. The resend's answer is
+    /// about the sync too: not durable until a sync succeeds, then the selected head.
+    #[test]
+    fn a_resent_commit_is_answered_not_durable_until_a_sync_succeeds() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(&dir.path().join("db")).unwrap();
+        let grant = CommitGrant {
+            episode: "ops".into(),
+            budget: 1,
+        };
+        let c = commit_on_head(&store);
+        let world_ref = c.world_ref;
+        store.stats().faults.fail_sync(eio());
+        let first = rest_commit(&store, c.clone(), &grant);
+        assert!(
+            matches!(&first, Err(CommitError::Store(e)) if e.committed_not_durable()),
+            "{first:?}"
+        );
+        store.stats().faults.fail_sync(eio());
+        let again = rest_commit(&store, c.clone(), &grant);
+        assert!(
+            matches!(&again, Err(CommitError::Store(e)) if e.committed_not_durable()),
+            "{again:?}"
+        );
+        // Synced: the same resend is answered the selected world, spending nothing more (the
+        // grant's one unit went to the first send).
+        assert_eq!(rest_commit(&store, c, &grant).unwrap(), world_ref);
+        assert_eq!(store.read(log::head).unwrap().unwrap().world_ref, world_ref);
+        assert!(!store.writes_failing());
+    }
 }

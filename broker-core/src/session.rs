@@ -553,7 +553,13 @@ pub fn is_64_hex(text: &str) -> bool {
 /// Delete one session; false when there was none.
 pub fn revoke(store: &Store, credential_id: &str) -> Result<bool, SessionError> {
     let id = credential_id.to_owned();
-    Ok(store.write(move |w| -> Result<bool, StoreError> { SESSIONS.delete(w, &id) })?)
+    Ok(store.write(move |w| -> Result<bool, StoreError> {
+        // "No such session" is only true once the store is durable: a revoke sent again after
+        // its sync failed finds the record gone and deletes nothing, and must still be told
+        // the deletion is not yet durable.
+        w.answer_as_written();
+        SESSIONS.delete(w, &id)
+    })?)
 }
 
 /// Delete every session of an episode; returns their credential ids.
@@ -657,6 +663,33 @@ mod tests {
         // Removed by its key, as damaged records are.
         assert!(revoke(&store, &key).unwrap());
         assert_eq!(list(&store).unwrap().damaged, Vec::<String>::new());
+    }
+
+    /// A revoke whose sync failed was answered not durable; sent again while syncs still
+    /// failed, it found the record gone, deleted nothing and was answered "no such session",
+    /// though the deletion could still be taken back. It is answered not durable until a sync
+    /// succeeds.
+    #[test]
+    fn a_revoke_sent_again_while_syncs_fail_is_answered_not_durable() {
+        let (_dir, store) = store();
+        let m = mint(&store, "ep", vec![grant("Fs.Read=worktree:5")], 3600, 100).unwrap();
+        let id = m.session.credential_id.clone();
+        let eio = || StoreError::Io("Input/output error (os error 5)".into());
+        store.stats().faults.fail_sync(eio());
+        let first = revoke(&store, &id);
+        assert!(
+            matches!(&first, Err(SessionError::Store(e)) if e.committed_not_durable()),
+            "{first:?}"
+        );
+        store.stats().faults.fail_sync(eio());
+        let again = revoke(&store, &id);
+        assert!(
+            matches!(&again, Err(SessionError::Store(e)) if e.committed_not_durable()),
+            "{again:?}"
+        );
+        // Synced at last: the session is gone, durably.
+        assert!(!revoke(&store, &id).unwrap());
+        assert_eq!(lookup(&store, &id).unwrap(), None);
     }
 
     #[test]
