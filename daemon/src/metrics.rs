@@ -72,8 +72,9 @@ limits! {
     BodySize => "body_size",
     /// A request body sent in too many small pieces.
     BodySmallPieces => "body_small_pieces",
-    /// A request body whose connection read past the body's limit and an allowance for
-    /// chunked framing before the body was whole (a chunk-size line of endless zeros).
+    /// A connection that read past its request's allowance, or its body's limit and an
+    /// allowance for chunked framing, before the body was whole or drained (a chunk-size line
+    /// of endless zeros), and was closed.
     BodyFraming => "body_framing",
     /// A request body refused for the whole body budget (`[server] body_budget_bytes`).
     BodyBudget => "body_budget",

@@ -67,7 +67,8 @@ pub const FRAMING_BYTES: usize = 64 * KIB;
 /// digits and its two line ends for every 512 bytes of chunks that are not small), 20 bytes
 /// for each small piece, and [`FRAMING_BYTES`]. A chunk-size line of endless `0` digits or
 /// blanks delivers no byte of the body, and the daemon reads it a byte at a time: past this,
-/// the body is refused (`limit_trips_total{limit="body_framing"}`).
+/// the body is refused (`limit_trips_total{limit="body_framing"}`). It replaces the smaller
+/// allowance of every request ([`super::listener::request_allowance`]) while the body is read.
 pub fn framing_allowance(limit: usize, small_pieces: usize) -> u64 {
     let limit = limit as u64;
     limit
@@ -418,6 +419,11 @@ impl Bodies {
         if let Some(coding) = Coding::of(headers) {
             return Err(BodyError::Coded(coding));
         }
+        // Its connection's reads, counted while it is read (none for a body that came
+        // another way, as in unit tests), and refused past its allowance (counted as
+        // `body_framing` where the reads end, [`super::idle`]).
+        let allowance = framing_allowance(limit, self.small_pieces);
+        let watch = super::idle::watch_body(allowance);
         let declared = declared_length(headers);
         if let Some(n) = declared.filter(|&n| n > limit as u64) {
             if n <= (limit + LINGER_BYTES) as u64 {
@@ -440,13 +446,8 @@ impl Bodies {
         let mut body = std::pin::pin!(body);
         let mut buf: Vec<u8> = Vec::with_capacity(declared);
         let mut small = 0usize;
-        // Its connection's reads, counted while it is read (none for a body that came
-        // another way, as in unit tests).
-        let allowance = framing_allowance(limit, self.small_pieces);
-        let watch = super::idle::watch_body(allowance);
         let overran = |watch: &Option<super::idle::BodyWatch>| {
-            let read = watch.as_ref()?.overran()?;
-            self.metrics.limit_tripped(Limit::BodyFraming);
+            let (read, allowance) = watch.as_ref()?.overran()?;
             Some(BodyError::Unreadable(
                 FramingOverrun { read, allowance }.to_string(),
             ))

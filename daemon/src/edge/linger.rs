@@ -13,7 +13,9 @@
 //! connection at once, as before. A chunked remainder could be a chunk-size line of endless
 //! `0`s, which delivers no byte that [`LINGER_BYTES`] counts; it has no declared length even
 //! with a `Content-Length` beside its `Transfer-Encoding: chunked` (the HTTP layer removes that
-//! header), so it is never drained here.
+//! header), so it is never drained here. (The HTTP layer itself still decodes such a body ahead
+//! of the route and drains it after the answer, to keep the connection: that is bounded by the
+//! request's allowance of its connection's reads, [`super::idle`].)
 //!
 //! A request that carries `Expect: 100-continue` and whose body the route never asked for is
 //! different: its client is not sending (it waits for `100 Continue`, which hyper sends on the
@@ -78,6 +80,8 @@ pub fn expects_continue(headers: &HeaderMap) -> bool {
 /// otherwise have read before its `413`).
 pub fn allow_after_answer(bytes: u64) {
     let _ = ALLOWED.try_with(|allowed| allowed.fetch_max(bytes, Ordering::Relaxed));
+    // Its connection may read them beyond what every request may ([`super::idle`]).
+    super::idle::allow_request(bytes);
 }
 
 /// The route gave up on the request body at `body_timeout_ms`: what is left of it is not

@@ -103,6 +103,7 @@ pub async fn serve(
         metrics,
         known,
         small_pieces: config.body_small_pieces,
+        request_allowance: request_allowance(config.max_head_bytes),
     };
     let mut shutdown = std::pin::pin!(shutdown);
     let mut accept_errors = AcceptErrors::default();
@@ -143,6 +144,21 @@ struct Shared {
     known: KnownCredential,
     /// `[server] body_small_pieces`, which also bounds the drain of a refused body's rest.
     small_pieces: usize,
+    /// What a connection may read from each request's head on ([`request_allowance`]).
+    request_allowance: u64,
+}
+
+/// What a connection may read from a request's head until the next one's, unless a body its
+/// route reads allows more ([`super::idle`], [`super::body::framing_allowance`]): the rest of
+/// a body refused unread that is lingered on ([`LINGER_BYTES`](super::body::LINGER_BYTES)),
+/// [`FRAMING_BYTES`](super::body::FRAMING_BYTES), and the next request's head
+/// (`max_head_bytes`, read before that request begins). Past it (a chunk-size line of endless
+/// `0`s behind a request answered unread, which the HTTP layer decodes a byte at a time
+/// before the route runs and after the answer) the connection's reads end and it closes.
+pub fn request_allowance(max_head_bytes: usize) -> u64 {
+    (super::body::LINGER_BYTES as u64)
+        .saturating_add(super::body::FRAMING_BYTES as u64)
+        .saturating_add(max_head_bytes as u64)
 }
 
 /// A new connection's place under the limit: registered in a free slot, or waiting (in this
@@ -293,18 +309,19 @@ async fn serve_connection(stream: SendDeadline<TcpStream>, room: Place, shared: 
         metrics,
         known,
         small_pieces,
+        request_allowance,
     } = shared;
     let Some(mut registered) = take_slot(room, &connections, &metrics).await else {
         return;
     };
     // Requests without a credential are counted by their peer address ([`super::reply`]).
     let peer = stream.get_ref().peer_addr().ok().map(|a| a.ip());
-    let (stream, watched) = IdleWatch::new(stream);
+    let (stream, watched) = IdleWatch::new(stream, metrics.clone());
     let service = service(
         app,
         replies,
         known,
-        small_pieces,
+        (small_pieces, request_allowance),
         (peer, watched.clone()),
         registered.conn.clone(),
     );
@@ -375,14 +392,16 @@ async fn shut_down(listener: TcpListener, connections: &Connections, draining: &
 }
 
 /// One connection's service: each request's body is tracked, so that a small remainder the
-/// route did not read is drained before its answer goes out (`linger`); each answer is
+/// route did not read is drained before its answer goes out (`linger`); the connection's reads
+/// are counted from each request's head, within `request_allowance` or what a body read
+/// allows (`idle`); each answer is
 /// counted while it waits for its client (`reply`, inside the router: [`super::reply::within`]); the connection is busy from a request's
 /// head until its answer is sent (`connections`).
 fn service(
     app: Router,
     replies: ReplyBudget,
     known: KnownCredential,
-    small_pieces: usize,
+    (small_pieces, request_allowance): (usize, u64),
     (peer, watched): (Option<std::net::IpAddr>, Watched),
     conn: Arc<Conn>,
 ) -> impl hyper::service::Service<
@@ -394,6 +413,9 @@ fn service(
     hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         let (app, replies) = (app.clone(), replies.clone());
         let watched = watched.clone();
+        // Its head is in: from here, before the HTTP layer reads any of its body ahead of the
+        // route, the connection's reads are counted against the request's allowance.
+        watched.request(request_allowance);
         // Looked up once: the read turns and the routes take what was found here
         // ([`credential::routed_with`]) instead of looking the credential up again.
         let found = credential::authorization(req.headers())
