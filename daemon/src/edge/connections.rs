@@ -18,9 +18,10 @@
 //! it writes its request as soon as it connects) may then wait in a few places kept for such
 //! connections ([`for_senders`]), so that the flood cannot shut a new client out. A flood that
 //! sends request heads takes those too; a new connection whose head has arrived with a
-//! credential the daemon knows may then wait in as many places again, kept for such
-//! connections ([`for_credentials`]), which no flood without a session can take, and of which
-//! one credential holds at most a quarter.
+//! credential the daemon knows may then wait in as many places again (at least four, taken
+//! from the general places under a limit of 256), kept for such connections
+//! ([`for_credentials`]), which no flood without a session can take, and of which one
+//! credential holds at most a quarter (at least one).
 //!
 //! A client's request may arrive a little after its connection is accepted (a client on a busy
 //! machine writes it a few milliseconds after connecting), so a new connection on which nothing
@@ -93,14 +94,31 @@ pub fn for_senders(limit: usize) -> usize {
 }
 
 /// Places kept, besides the others, for new connections whose request head had arrived with
-/// a credential the daemon knows when they were accepted: as many as [`for_senders`]. A flood
-/// of connections that each send a head and never finish it takes every other place: against
-/// it, a client that connects for every call lost 2–18 % of its calls at the default limit
-/// and three in four at a limit of 64 (bench rows 18 and 19, `docs/benchmarks.md`), and none
-/// with these places. A flood without a session cannot take them, and one credential holds at
-/// most [`credential_share`] of them.
+/// a credential the daemon knows when they were accepted: as many as [`for_senders`], and at
+/// least [`MIN_FOR_CREDENTIALS`]. A flood of connections that each send a head and never
+/// finish it takes every other place: against it, a client that connects for every call lost
+/// 2–18 % of its calls at the default limit and three in four at a limit of 64 (bench rows 18
+/// and 19, `docs/benchmarks.md`), and none with these places. A flood without a session
+/// cannot take them, and one credential holds at most [`credential_share`] of them.
 pub fn for_credentials(limit: usize) -> usize {
-    for_senders(limit)
+    for_senders(limit).max(MIN_FOR_CREDENTIALS)
+}
+
+/// The fewest places kept for new connections whose head carries a known credential. Below a
+/// limit of 256 there was one, and one credential's share of it (at least 1) was all of it: a
+/// session reconnecting on more connections than the limit held it nearly always, and another
+/// client that connects for every call found no place and was closed at once (88–95 of 100
+/// calls lost at a limit of 64, `connection_churn_at_the_limit.rs`). With four, one credential
+/// holds one and leaves three. They are taken from the general places ([`general_places`]), so
+/// that the descriptors kept beside the limit are as many as before.
+pub const MIN_FOR_CREDENTIALS: usize = 4;
+
+/// The places any new connection may wait for room in, whatever it has sent: [`making_room`]'s,
+/// less those [`for_credentials`] keeps past [`for_senders`]'s number (none from a limit of
+/// 256), at least 1.
+pub fn general_places(limit: usize) -> usize {
+    let extra = for_credentials(limit) - for_senders(limit);
+    making_room(limit).saturating_sub(extra).max(1)
 }
 
 /// The most of [`for_credentials`]'s places one credential holds at once: a quarter, at least
@@ -148,7 +166,7 @@ pub struct OverShare;
 
 /// Every descriptor a new connection may hold beside the limit while it waits for room.
 pub fn waiting_places(limit: usize) -> usize {
-    making_room(limit) + for_senders(limit) + for_credentials(limit) + for_first_bytes(limit)
+    general_places(limit) + for_senders(limit) + for_credentials(limit) + for_first_bytes(limit)
 }
 
 /// What a new connection had sent when it was accepted, as far as the places to wait for room
@@ -183,7 +201,7 @@ pub struct Looking {
 /// Every open connection, under the limit.
 pub struct Connections {
     slots: Arc<Semaphore>,
-    /// Connections waiting for the slot of one they closed, at most [`making_room`].
+    /// Connections waiting for the slot of one they closed, at most [`general_places`].
     making_room: Arc<Semaphore>,
     /// Further places for new connections that had sent bytes when accepted ([`for_senders`]).
     for_senders: Arc<Semaphore>,
@@ -481,7 +499,7 @@ impl Connections {
     pub fn new(limit: usize) -> Connections {
         Connections {
             slots: Arc::new(Semaphore::new(limit)),
-            making_room: Arc::new(Semaphore::new(making_room(limit))),
+            making_room: Arc::new(Semaphore::new(general_places(limit))),
             for_senders: Arc::new(Semaphore::new(for_senders(limit))),
             for_credentials: Arc::new(Semaphore::new(for_credentials(limit))),
             credential_shares: Quota::new(credential_share(limit)),
@@ -715,10 +733,12 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(1), held[1].told_to_close())
             .await
             .expect("the never-served connection is told to close");
-        // Next the one served and idle; then nothing is idle.
-        assert!(matches!(conns.room(|| Arrived::Nothing), Room::Made(_)));
+        // Next the one served and idle; then nothing is idle. (Under a limit of 64 there is
+        // one general place: these wait in those kept for what they sent.)
+        assert!(matches!(conns.room(|| Arrived::Bytes), Room::Made(_)));
         assert!(held[0].conn.state.lock().unwrap().closing);
-        assert!(matches!(conns.room(|| Arrived::Nothing), Room::Full));
+        let known = Arrived::Credential("1".repeat(64));
+        assert!(matches!(conns.room(|| known), Room::Full));
         // A connection told to close gives its slot to the one waiting.
         drop(held.remove(1));
         assert!(conns.slot(waiting).await.is_some());
@@ -1045,6 +1065,44 @@ mod tests {
         drop((silent, known, held));
     }
 
+    /// Below a limit of 256 one place was kept for credentials, and one credential's share was
+    /// all of it: a session reconnecting past the limit held it, and every other client with a
+    /// credential was closed at once. Four are kept, taken from the general places, so that as
+    /// many descriptors as before are kept beside the limit.
+    #[tokio::test]
+    async fn at_a_low_limit_one_credential_leaves_other_credentials_places_to_wait_for_room() {
+        let conns = Connections::new(64);
+        let held: Vec<Registered> = (0..64).map(|_| free(&conns)).collect();
+        assert_eq!(
+            (making_room(64), for_senders(64), for_credentials(64)),
+            (4, 1, 4)
+        );
+        assert_eq!((general_places(64), credential_share(64)), (1, 1));
+        let alice = Arrived::Credential("1".repeat(64));
+        // The general place, her share of the credentials' places, the senders' place: then
+        // none.
+        let hers: Vec<Room> = (0..3).map(|_| conns.room(|| alice.clone())).collect();
+        assert!(hers.iter().all(|r| matches!(r, Room::Made(_))));
+        assert!(matches!(conns.room(|| alice.clone()), Room::Full));
+        // Three other credentials each still find a place.
+        let others: Vec<Room> = (2..5)
+            .map(|i| conns.room(|| Arrived::Credential(i.to_string().repeat(64))))
+            .collect();
+        assert!(others.iter().all(|r| matches!(r, Room::Made(_))));
+        assert!(matches!(
+            conns.room(|| Arrived::Credential("5".repeat(64))),
+            Room::Full
+        ));
+        for limit in 1..=5000 {
+            assert_eq!(
+                waiting_places(limit),
+                making_room(limit) + 2 * for_senders(limit) + for_first_bytes(limit),
+                "descriptors kept beside a limit of {limit}"
+            );
+        }
+        drop((hers, others, held));
+    }
+
     #[tokio::test]
     async fn one_credential_holds_at_most_its_share_of_the_places_kept_for_credentials() {
         let conns = Connections::new(4096);
@@ -1083,7 +1141,8 @@ mod tests {
         let Room::Made(early) = conns.room(|| Arrived::Nothing) else {
             panic!("room made");
         };
-        let Room::Made(late) = conns.room(|| Arrived::Nothing) else {
+        // In the senders' place: the one general place is taken.
+        let Room::Made(late) = conns.room(|| Arrived::Bytes) else {
             panic!("room made");
         };
         assert!(first.conn.state.lock().unwrap().closing);
