@@ -664,13 +664,12 @@ fn a_missing_worktree_marks_tools_with_its_own_cause_and_no_use_another_tool() {
         );
         assert_eq!(tool["_meta"], json!({"world/cannotRun": cause}));
     }
-    // GET /v1/handlers keeps the coordinator's refusal, R8's text first.
+    // GET /v1/handlers leads with the worktree, not with a handler missing (the call's own
+    // refusal keeps the contract's R8 text).
     let h = request("GET", &d.url("/v1/handlers"), Some(&token), &[], None).json();
     assert_eq!(
         h["tools"][0]["reason"],
-        json!(format!(
-            "transition declares an effect this daemon has no handler for: {cause}"
-        ))
+        json!(format!("no usable worktree for this episode: {cause}"))
     );
     let init = sse(&mcp(
         &d,
