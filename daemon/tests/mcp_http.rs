@@ -1761,7 +1761,7 @@ async fn a_handler_whose_deadline_passed_during_its_intent_is_never_started() {
         .sse();
     assert_eq!(
         again["error"]["message"],
-        json!("idempotency key \"late\": the first call with this key was withdrawn at its deadline (its handler was never started): nothing ran and nothing was spent; send it again under another key"),
+        json!("idempotency key \"late\": the first call with this key was withdrawn before its handler started (at its deadline, or because the store could not make its intent durable): nothing ran and nothing was spent; send it again under another key"),
         "{again}"
     );
     assert_eq!(again["error"]["data"]["kind"], json!("refused"), "{again}");

@@ -72,12 +72,18 @@ pub(super) enum HostFailure {
     Busy,
     /// The store is past its reserve: the capacity message, classified `store-full`.
     StoreFull,
+    /// The call's intent was committed but the store could not make it durable, so it was
+    /// withdrawn before its handler started: the seed's failed envelope, classified
+    /// `refused` / `store` (nothing ran, nothing stays spent), never `indeterminate`.
+    NotDurable,
 }
 
 impl HostFailure {
     pub(super) fn message(self) -> &'static str {
         match self {
-            HostFailure::Failed | HostFailure::Unavailable => "host callback failed",
+            HostFailure::Failed | HostFailure::Unavailable | HostFailure::NotDurable => {
+                "host callback failed"
+            }
             HostFailure::TimedOut | HostFailure::TooLate => "host callback timed out",
             HostFailure::Canceled => "host callback canceled",
             HostFailure::Capacity
@@ -99,6 +105,7 @@ impl HostFailure {
             HostFailure::RefusalRate => Outcome::refusal_rate(),
             HostFailure::Busy => Outcome::busy(),
             HostFailure::StoreFull => Outcome::store_full(),
+            HostFailure::NotDurable => Outcome::store_not_durable(),
         }
     }
 }

@@ -209,7 +209,19 @@ fn host_failure(
     root: Option<&std::path::Path>,
     failure: InvokeFailure,
 ) -> HostFailure {
-    let (host, cause) = match failure {
+    let (host, cause) = classified(episode, root, failure);
+    log_host_failure(metrics, episode, tool, id, host, &cause);
+    host
+}
+
+/// What a failed call is answered ([`HostFailure`]: its fixed message and its
+/// classification), and its cause for the operator's log.
+fn classified(
+    episode: &str,
+    root: Option<&std::path::Path>,
+    failure: InvokeFailure,
+) -> (HostFailure, String) {
+    match failure {
         // The agent's text names no host path; the operator's line names the directory this
         // daemon looked for, which may not be where `session new` made one (another root).
         InvokeFailure::Call(e @ CallError::NoWorktree(_)) => (
@@ -233,6 +245,11 @@ fn host_failure(
         // Nothing ran: too little of the deadline was left to start the handler.
         InvokeFailure::Call(e @ (CallError::NoTimeToStart | CallError::NotStarted | CallError::Withdrawn | CallError::PreflightTimedOut)) => {
             (HostFailure::TooLate, e.to_string())
+        }
+        // Nothing ran and nothing stays spent: the intent's sync failed and it was withdrawn
+        // before its handler started; not a failure that may have run.
+        InvokeFailure::Call(e @ CallError::IntentNotDurable) => {
+            (HostFailure::NotDurable, e.to_string())
         }
         InvokeFailure::Call(e) => (HostFailure::Failed, e.to_string()),
         InvokeFailure::Capacity => (
@@ -259,7 +276,18 @@ fn host_failure(
         ),
         // Answered before this (`tools_call`); never a host failure in fact.
         InvokeFailure::Revoked => (HostFailure::Failed, REVOKED_WHILE_WAITING.to_owned()),
-    };
+    }
+}
+
+/// The operator's line of a failed call, at the level its kind deserves.
+fn log_host_failure(
+    metrics: &crate::metrics::Metrics,
+    episode: &str,
+    tool: &str,
+    id: &Value,
+    host: HostFailure,
+    cause: &str,
+) {
     match host {
         // Load and slow calls are operational, not faults.
         // Capacity refusals are counted in /v1/metrics; a log line each would flood
@@ -286,49 +314,24 @@ fn host_failure(
         HostFailure::TimedOut | HostFailure::TooLate => {
             tracing::warn!(%episode, %tool, rpc_id = %id, "mcp tools/call: {}: {cause}", host.message())
         }
-        HostFailure::Failed | HostFailure::Canceled => {
+        // A store failing its syncs is a fault the operator must see, though nothing ran.
+        HostFailure::Failed | HostFailure::Canceled | HostFailure::NotDurable => {
             tracing::error!(%episode, %tool, rpc_id = %id, "mcp tools/call: {}: {cause}", host.message())
         }
     }
-    host
 }
 
-/// The named errors of a keyed call, for the coordinator outcomes only a key can have;
-/// `None` leaves the error to the generic host-failure envelope.
-async fn keyed_error(
-    ctx: &Ctx<'_>,
-    id: &Value,
-    key: &str,
-    tool: &str,
-    args: &Value,
-    error: &CallError,
-) -> Option<Reply> {
-    let episode = &ctx.session.episode;
-    let reconcile = format!(
-        "reconcile with GET /v1/calls/mcp/{key} (worldd calls get {key}) instead of retrying"
-    );
+/// How a keyed call's agent is to reconcile it instead of resending.
+fn reconcile(key: &str) -> String {
+    format!("reconcile with GET /v1/calls/mcp/{key} (worldd calls get {key}) instead of retrying")
+}
+
+/// The code, message, classification and effect records of a keyed error the coordinator's
+/// error alone decides (every one but a reused key); `None` for an error that is no key's.
+fn keyed_answer(key: &str, error: &CallError) -> Option<(i64, String, Outcome, Option<Value>)> {
+    let reconcile = reconcile(key);
     let q = quote(key);
-    let (code, message, outcome, records) = match error {
-        CallError::TaskIdReused => {
-            // The coordinator says "reused" both for a key stored with other arguments and for
-            // a key whose call is still running: the task table tells them apart.
-            let o = outcome::reuse(ctx.state, ctx.session, Surface::Mcp, key, tool, args).await;
-            if o.kind == outcome::Kind::Refused {
-                (
-                    INVALID_PARAMS,
-                    format!("idempotency key {q} was already used with other arguments in this episode"),
-                    o,
-                    None,
-                )
-            } else {
-                (
-                    INTERNAL_ERROR,
-                    format!("idempotency key {q} is held by a call that has not finished; do not resend yet: {reconcile}"),
-                    o,
-                    None,
-                )
-            }
-        }
+    Some(match error {
         CallError::NotCommitted | CallError::KeyPending => (
             INTERNAL_ERROR,
             format!("idempotency key {q}: the first call with this key was not confirmed committed and its effect may have run; {reconcile}"),
@@ -347,16 +350,64 @@ async fn keyed_error(
             Outcome::indeterminate("unrecorded"),
             Some(json!(records)),
         ),
-        // A resend of a call withdrawn at its deadline: nothing ran, and the key is used for
-        // good. Said as what it is, classified as the withdrawal was, so that an agent does not
-        // take it for a call that may still commit.
+        // The call's own answer: its intent's sync failed and it was withdrawn before its
+        // handler started. Nothing ran, nothing stays spent, and the key is used for good.
+        CallError::IntentNotDurable => (
+            INTERNAL_ERROR,
+            format!("idempotency key {q}: the call was not committed: the store could not make its intent durable, so its handler was never started: nothing ran and nothing was spent; send it again under another key"),
+            Outcome::store_not_durable(),
+            None,
+        ),
+        // A resend of a call withdrawn before its handler started: nothing ran, and the key is
+        // used for good. The journal keeps no why (its deadline, or its intent's failed sync),
+        // so the words fit both; classified as a deadline's withdrawal, both being refused and
+        // retryable, so that an agent does not take it for a call that may still commit.
         CallError::Withdrawn => (
             INTERNAL_ERROR,
-            format!("idempotency key {q}: the first call with this key was withdrawn at its deadline (its handler was never started): nothing ran and nothing was spent; send it again under another key"),
+            format!("idempotency key {q}: the first call with this key was withdrawn before its handler started (at its deadline, or because the store could not make its intent durable): nothing ran and nothing was spent; send it again under another key"),
             Outcome::too_late(),
             None,
         ),
         _ => return None,
+    })
+}
+
+/// The named errors of a keyed call, for the coordinator outcomes only a key can have;
+/// `None` leaves the error to the generic host-failure envelope.
+async fn keyed_error(
+    ctx: &Ctx<'_>,
+    id: &Value,
+    key: &str,
+    tool: &str,
+    args: &Value,
+    error: &CallError,
+) -> Option<Reply> {
+    let episode = &ctx.session.episode;
+    let q = quote(key);
+    let (code, message, outcome, records) = match error {
+        CallError::TaskIdReused => {
+            // The coordinator says "reused" both for a key stored with other arguments and for
+            // a key whose call is still running: the task table tells them apart.
+            let o = outcome::reuse(ctx.state, ctx.session, Surface::Mcp, key, tool, args).await;
+            if o.kind == outcome::Kind::Refused {
+                (
+                    INVALID_PARAMS,
+                    format!(
+                        "idempotency key {q} was already used with other arguments in this episode"
+                    ),
+                    o,
+                    None,
+                )
+            } else {
+                (
+                    INTERNAL_ERROR,
+                    format!("idempotency key {q} is held by a call that has not finished; do not resend yet: {}", reconcile(key)),
+                    o,
+                    None,
+                )
+            }
+        }
+        other => keyed_answer(key, other)?,
     };
     let mut data = match outcome.to_json() {
         Value::Object(m) => m,
@@ -465,5 +516,63 @@ mod tests {
         );
         assert!(call_params(None).is_err());
         assert!(call_params(Some(json!(["t"]))).is_err());
+    }
+
+    /// An intent whose sync failed was withdrawn before its handler started, nothing spent;
+    /// over MCP it reached the catch-all and was classified `indeterminate` / `host`, which
+    /// tells an agent the effect may have run. It keeps the seed's fixed message, classified
+    /// `refused` / `store`, retryable; every other store failure stays `indeterminate`.
+    #[test]
+    fn an_intent_the_store_could_not_make_durable_is_refused_for_the_store() {
+        let (host, cause) =
+            classified("ep", None, InvokeFailure::Call(CallError::IntentNotDurable));
+        assert_eq!(host, HostFailure::NotDurable);
+        assert_eq!(cause, "invocation was not committed; send a new task id");
+        assert_eq!(host.message(), "host callback failed");
+        assert_eq!(
+            host.outcome().to_json(),
+            json!({"kind": "refused", "reason": "store", "retryable": true})
+        );
+        let (host, _) = classified(
+            "ep",
+            None,
+            InvokeFailure::Call(CallError::Internal("boom".into())),
+        );
+        assert_eq!(host, HostFailure::Failed);
+        assert_eq!(
+            host.outcome().to_json(),
+            json!({"kind": "indeterminate", "reason": "host", "retryable": false})
+        );
+    }
+
+    /// Keyed, the same failure had no arm and was answered the host envelope: it is named,
+    /// classified `refused` / `store`. A resend of its key (`Withdrawn`) was told the call was
+    /// "withdrawn at its deadline" though no deadline passed: its words fit both withdrawals.
+    #[test]
+    fn a_keyed_intent_not_made_durable_and_its_resend_say_what_became_of_the_call() {
+        let (code, message, outcome, records) =
+            keyed_answer("k1", &CallError::IntentNotDurable).unwrap();
+        assert_eq!(code, INTERNAL_ERROR);
+        assert_eq!(
+            message,
+            "idempotency key \"k1\": the call was not committed: the store could not make its intent durable, so its handler was never started: nothing ran and nothing was spent; send it again under another key"
+        );
+        assert_eq!(
+            outcome.to_json(),
+            json!({"kind": "refused", "reason": "store", "retryable": true})
+        );
+        assert_eq!(records, None);
+        let (code, message, outcome, _) = keyed_answer("k1", &CallError::Withdrawn).unwrap();
+        assert_eq!(code, INTERNAL_ERROR);
+        assert_eq!(
+            message,
+            "idempotency key \"k1\": the first call with this key was withdrawn before its handler started (at its deadline, or because the store could not make its intent durable): nothing ran and nothing was spent; send it again under another key"
+        );
+        assert_eq!(
+            outcome.to_json(),
+            json!({"kind": "refused", "reason": "deadline", "retryable": true})
+        );
+        // An error no key decides is left to the host envelope.
+        assert!(keyed_answer("k1", &CallError::Internal("boom".into())).is_none());
     }
 }
