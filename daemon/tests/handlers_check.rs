@@ -123,3 +123,129 @@ fn a_config_serve_would_refuse_fails_the_check_as_serve_says_it() {
     );
     assert_eq!((code, out.as_str(), err.as_str()), (0, "", ""));
 }
+
+/// The check never looked at the bind address: a `[serve] bind` of 0.0.0.0, or a port out of
+/// range, passed it while the restart exited 2 at bind-policy. It fails where `serve` does, in
+/// its words, from the config or from `--bind` (nothing is bound).
+#[test]
+fn a_bind_address_serve_would_refuse_fails_the_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = plugin_dir_with(dir.path(), &["worldd_workspace"]);
+    let config = dir.path().join("world.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[serve]\nplugin_dir = {:?}\nbind = \"0.0.0.0:23644\"\n",
+            path_str(&plugins)
+        ),
+    )
+    .unwrap();
+    let (code, out, err) = worldd(
+        &["handlers", "--check", "--config", path_str(&config)],
+        None,
+    );
+    assert_eq!((code, out.as_str()), (2, ""), "{err}");
+    // `serve` with the config's address (no --bind over it).
+    let (db, root) = (dir.path().join("db"), dir.path().join("worktrees"));
+    let serve = common::refused_start(
+        &[
+            "--config",
+            path_str(&config),
+            "--db",
+            path_str(&db),
+            "--workspace-root",
+            path_str(&root),
+        ],
+        dir.path(),
+    );
+    assert_eq!(serve.code, Some(2), "{}", serve.stderr);
+    assert_eq!(refusal(&err), [serve.line.as_str()], "{err}");
+    assert!(
+        serve.line.starts_with(
+            "worldd: daemon startup failed at bind-policy: [serve] bind \"0.0.0.0:23644\": "
+        ),
+        "{}",
+        serve.line
+    );
+
+    // A port out of range given as `--bind`, as `serve` is given it.
+    let flags = [
+        "--plugin-dir",
+        path_str(&plugins),
+        "--bind",
+        "127.0.0.1:70000",
+    ];
+    let (code, out, err) = worldd(&[&["handlers", "--check"][..], &flags].concat(), None);
+    assert_eq!((code, out.as_str()), (2, ""), "{err}");
+    let said = "worldd: daemon startup failed at bind-policy: --bind \"127.0.0.1:70000\": port 70000 is out of range (0 to 65535)";
+    assert_eq!(refusal(&err), [said], "{err}");
+    let serve = common::refused_start(
+        &[
+            &flags[..],
+            &["--db", path_str(&db), "--workspace-root", path_str(&root)],
+        ]
+        .concat(),
+        dir.path(),
+    );
+    assert_eq!((serve.code, serve.line.as_str()), (Some(2), said));
+
+    // A loopback address passes.
+    let (code, out, err) = worldd(
+        &[
+            "handlers",
+            "--check",
+            "--plugin-dir",
+            path_str(&plugins),
+            "--bind",
+            "127.0.0.1:23644",
+        ],
+        None,
+    );
+    assert_eq!((code, out.as_str(), err.as_str()), (0, "", ""));
+}
+
+/// The checks of where things lie took the default workspace root whatever `serve` is given:
+/// a plugin's stateDir inside `serve`'s `--workspace-root` passed. `--workspace-root` (and
+/// `--db`, `--bind`) are taken with `--check`, and only with it.
+#[test]
+fn the_check_takes_serves_workspace_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = plugin_dir_with(dir.path(), &["worldd_git"]);
+    let root = dir.path().join("worktrees");
+    let state = format!("git.stateDir={}", root.join("state").display());
+    let flags = [
+        "--plugin-dir",
+        path_str(&plugins),
+        "--plugin-config",
+        &state,
+    ];
+    // Against the default root the stateDir is out of its way.
+    let (code, _, err) = worldd(&[&["handlers", "--check"][..], &flags].concat(), None);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = worldd(
+        &[
+            &["handlers", "--check"][..],
+            &flags,
+            &["--workspace-root", path_str(&root)],
+        ]
+        .concat(),
+        None,
+    );
+    assert_eq!((code, out.as_str()), (2, ""), "{err}");
+    let (serve_code, serve_lines) = serve_with(dir.path(), &flags);
+    assert_eq!(serve_code, 2);
+    assert_eq!(refusal(&err), serve_lines, "{err}");
+    assert!(
+        serve_lines[0]
+            .starts_with("worldd: daemon startup failed at config: [plugins.git] stateDir "),
+        "{serve_lines:?}"
+    );
+
+    // The listing takes no such flag: it checks nothing of them.
+    let (code, _, err) = worldd(&["handlers", "--workspace-root", path_str(&root)], None);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.starts_with("error: the following required arguments were not provided:\n  --check"),
+        "{err}"
+    );
+}

@@ -154,6 +154,17 @@ pub struct HandlersArgs {
     /// opens the store or starts a plugin, and exit 2 with its refusal when it would refuse.
     #[arg(long)]
     pub check: bool,
+    /// With --check: the store directory `serve` is given (its --db), for the checks of where
+    /// the store and the workspace root lie.
+    #[arg(long, requires = "check")]
+    pub db: Option<PathBuf>,
+    /// With --check: the workspace root `serve` is given (its --workspace-root).
+    #[arg(long, requires = "check")]
+    pub workspace_root: Option<PathBuf>,
+    /// With --check: the address `serve` is given (its --bind), checked against its bind
+    /// policy (nothing is bound).
+    #[arg(long, requires = "check")]
+    pub bind: Option<String>,
 }
 
 /// The TOML config file.
@@ -366,7 +377,7 @@ pub fn plugin_options(args: &PluginArgs, file: &ConfigFile) -> Result<PluginOpti
 
 pub fn handlers(a: HandlersArgs) -> CliResult {
     if a.check {
-        return would_serve_start(&a.plugins);
+        return would_serve_start(a);
     }
     // `handlers` starts nothing: a file it cannot read is its own failure, exit 1.
     let file = read_config(&a.plugins.config).map_err(Failure::usage)?;
@@ -388,15 +399,23 @@ pub fn handlers(a: HandlersArgs) -> CliResult {
 /// its order and words (`daemon startup failed at <stage>: …`, exit 2), up to the point where
 /// it would open the store or run a plugin's constructor: a pre-flight before a restart, which
 /// must not take the store's or the plugins' locks the running daemon holds.
-fn would_serve_start(plugins: &PluginArgs) -> CliResult {
+fn would_serve_start(a: HandlersArgs) -> CliResult {
+    let plugins = &a.plugins;
     let serve = ServeArgs {
         plugins: plugins.clone(),
+        db: a.db,
+        workspace_root: a.workspace_root,
+        bind: a.bind,
         ..ServeArgs::default()
     };
-    check_settings(&serve)?;
+    // In `run_with`'s order, up to where it would bind or open anything.
     let file = read_config(&plugins.config).map_err(|e| startup("config", e))?;
     let mut opts = plugin_options(plugins, &file).map_err(|e| startup("config", e))?;
     let settings = Settings::resolve(&serve, &file)?;
+    // The bind policy only parses the address: a `[serve] bind` of 0.0.0.0 or a port out of
+    // range passed the check while the restart exited 2 at bind-policy.
+    resolve_bind_as(&settings.bind, settings.bind_key)?;
+    refuse_inside_another(&settings.db, &settings.workspace_root)?;
     opts.limits = settings.limits;
     refuse_state_dir_in_workspace(&opts, &settings.workspace_root)?;
     // As `handlers` without `--check`: an `exit()` while a library loads is no verdict.
