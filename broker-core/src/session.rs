@@ -574,6 +574,9 @@ pub fn revoke_episode(store: &Store, episode: &str) -> Result<Vec<String>, Sessi
         .collect();
     let del = ids.clone();
     store.write(move |w| -> Result<(), StoreError> {
+        // Sent again after its sync failed, it finds nothing left to delete: still told that
+        // the deletions are not yet durable, as `revoke` is.
+        w.answer_as_written();
         for id in &del {
             SESSIONS.delete(w, id)?;
         }
@@ -588,6 +591,8 @@ pub fn revoke_episode(store: &Store, episode: &str) -> Result<Vec<String>, Sessi
 /// deleted in one transaction; a damaged record is left to `revoke` by its id.
 pub fn revoke_expired(store: &Store, now: i64) -> Result<Vec<Session>, SessionError> {
     store.write(move |w| -> Result<Vec<Session>, SessionError> {
+        // As `revoke_episode`: none left to delete, after a failed sync, is not yet durable.
+        w.answer_as_written();
         let mut expired = Vec::new();
         for item in SESSIONS.raw().iter(&w.reader())? {
             let (id, b) = item?;
@@ -690,6 +695,31 @@ mod tests {
         // Synced at last: the session is gone, durably.
         assert!(!revoke(&store, &id).unwrap());
         assert_eq!(lookup(&store, &id).unwrap(), None);
+    }
+
+    /// `revoke_episode` and `revoke_expired` sent again while syncs fail find nothing left to
+    /// delete: answered not durable, not an empty list that reads as "nothing was there".
+    #[test]
+    fn revoking_an_episode_or_the_expired_again_while_syncs_fail_is_answered_not_durable() {
+        let (_dir, store) = store();
+        mint(&store, "ep", vec![grant("Fs.Read=worktree:5")], 3600, 100).unwrap();
+        mint(&store, "old", vec![grant("Fs.Read=worktree:5")], 10, 100).unwrap();
+        let eio = || StoreError::Io("Input/output error (os error 5)".into());
+        fn not_durable<T>(r: &Result<T, SessionError>) -> bool {
+            matches!(r, Err(SessionError::Store(e)) if e.committed_not_durable())
+        }
+        for _ in 0..2 {
+            store.stats().faults.fail_sync(eio());
+            let r = revoke_episode(&store, "ep");
+            assert!(not_durable(&r), "{r:?}");
+            store.stats().faults.fail_sync(eio());
+            let r = revoke_expired(&store, 200);
+            assert!(not_durable(&r), "{r:?}");
+        }
+        // Synced at last: both gone, durably, and nothing is left to revoke.
+        assert_eq!(revoke_episode(&store, "ep").unwrap(), Vec::<String>::new());
+        assert!(revoke_expired(&store, 200).unwrap().is_empty());
+        assert!(read_all(&store, usize::MAX).unwrap().sessions.is_empty());
     }
 
     #[test]
