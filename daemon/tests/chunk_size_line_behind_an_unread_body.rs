@@ -24,15 +24,6 @@ const WS: &[&str] = &["worldd_workspace"];
 /// reads the whole 64 MiB flood.
 const SENT_AT_MOST: u64 = 16 << 20;
 
-fn trips(d: &Daemon, limit: &str) -> u64 {
-    let row = format!("worldd_limit_trips_total{{limit=\"{limit}\"}} ");
-    get(&d.url("/v1/metrics"), None)
-        .text()
-        .lines()
-        .find_map(|l| l.strip_prefix(row.as_str()))
-        .map_or(0, |n| n.trim().parse().unwrap())
-}
-
 /// The daemon's CPU time so far (user and system, from `/proc/<pid>/stat`).
 fn cpu(d: &Daemon) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{}/stat", d.child.id())).unwrap();
@@ -143,7 +134,7 @@ fn endless_zeros_behind_a_request_answered_unread_end_its_connection_past_a_smal
     // Whether a connection reads past its allowance or finds the socket dry first and closes
     // depends on how fast the flood arrives; the one answered 401 after reading ahead is
     // always past it.
-    let tripped = trips(&d, "body_framing");
+    let tripped = limit_trips(&d, "body_framing");
     assert!((1..=attacks.len() as u64).contains(&tripped), "{tripped}");
 }
 
@@ -240,5 +231,5 @@ fn bodies_up_to_the_limit_are_read_whole_however_they_are_framed() {
     let (head, body) = read_one_answer(&mut s);
     let a = answer_of(&head, body);
     assert_eq!(a.status, 200, "{}", a.text());
-    assert_eq!(trips(&d, "body_framing"), 0);
+    assert_eq!(limit_trips(&d, "body_framing"), 0);
 }

@@ -13,7 +13,6 @@ mod common;
 
 use std::io::Write;
 use std::net::{Shutdown, TcpStream};
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -41,19 +40,6 @@ fn start() -> (Daemon, tempfile::TempDir) {
     .unwrap();
     let d = Daemon::start(WS, &["--config", path_str(&path)]);
     (d, conf)
-}
-
-fn path_str(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-fn trips(d: &Daemon, limit: &str) -> u64 {
-    let row = format!("worldd_limit_trips_total{{limit=\"{limit}\"}} ");
-    get(&d.url("/v1/metrics"), None)
-        .text()
-        .lines()
-        .find_map(|l| l.strip_prefix(row.as_str()))
-        .map_or(0, |n| n.trim().parse().unwrap())
 }
 
 /// A chunked POST to `path` whose body is `prefix` and then `filler` for as long as the
@@ -150,8 +136,8 @@ fn a_chunk_size_line_of_endless_zeros_or_blanks_is_refused_past_the_limit_and_it
     assert_eq!(v["error"]["class"], "BadRequest", "{v}");
     read_past_allowance(v["error"]["message"].as_str().unwrap());
 
-    assert_eq!(trips(&d, "body_framing"), 4);
-    assert_eq!(trips(&d, "body_timeout"), 0);
+    assert_eq!(limit_trips(&d, "body_framing"), 4);
+    assert_eq!(limit_trips(&d, "body_timeout"), 0);
     assert_eq!(head(), before, "nothing was committed");
 
     // A body of the whole limit in chunks of 512 bytes, and one of small chunks up to the
@@ -175,5 +161,5 @@ fn a_chunk_size_line_of_endless_zeros_or_blanks_is_refused_past_the_limit_and_it
         assert_eq!(a.status, 200, "{}", a.text());
         assert_eq!(a.sse_json()["result"], json!({}), "{}", a.text());
     }
-    assert_eq!(trips(&d, "body_framing"), 4);
+    assert_eq!(limit_trips(&d, "body_framing"), 4);
 }

@@ -3349,28 +3349,8 @@ fn one_credential_looping_slow_reads_on_every_connection_cannot_shut_another_out
 /// The next answer on `s` (its body by `Content-Length`), or `None` when the connection ends
 /// (or fails) first.
 fn answer_unless_closed(s: &mut TcpStream) -> Option<Answer> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-            let length = head
-                .lines()
-                .find_map(|l| {
-                    let (k, v) = l.split_once(':')?;
-                    k.eq_ignore_ascii_case("content-length")
-                        .then(|| v.trim().parse::<usize>().ok())?
-                })
-                .unwrap_or(0);
-            if buf.len() >= end + 4 + length {
-                return Some(answer_of(&head, buf[end + 4..end + 4 + length].to_vec()));
-            }
-        }
-        match s.read(&mut chunk) {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-    }
+    let (head, body) = read_one_answer_unless_closed(s).ok()?;
+    Some(answer_of(&head, body))
 }
 
 /// A client that takes 64 KiB of a large answer just inside each send timeout is never cut

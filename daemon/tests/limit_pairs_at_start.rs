@@ -47,16 +47,6 @@ fn said_once(d: &Daemon, said: &str) {
     assert!(line.contains("WARN"), "{line}");
 }
 
-/// `worldd_limit_trips_total{limit=...}` (0 when absent).
-fn trips(d: &Daemon, limit: &str) -> u64 {
-    let prefix = format!("worldd_limit_trips_total{{limit=\"{limit}\"}} ");
-    get(&d.url("/v1/metrics"), None)
-        .text()
-        .lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .map_or(0, |v| v.trim().parse().unwrap())
-}
-
 /// Each of these pairs has one limit that can never trip (the call deadline, the route's body
 /// limit or the global stream limit always comes first). Older builds served with them, and
 /// the previous release's example file wrote `reply_bytes = "16MiB"`: refused at start, a
@@ -122,8 +112,8 @@ fn a_per_episode_stream_limit_over_the_global_one_is_lowered_to_it_and_said() {
     let (status, _three) = open_stream(&d, &reader);
     assert_eq!(status, "HTTP/1.1 503 Service Unavailable");
     // Refused at the episode's limit, in force at 2: the global one took no trip.
-    assert_eq!(trips(&d, "log_streams_per_episode"), 1);
-    assert_eq!(trips(&d, "log_streams"), 0);
+    assert_eq!(limit_trips(&d, "log_streams_per_episode"), 1);
+    assert_eq!(limit_trips(&d, "log_streams"), 0);
 }
 
 /// The previous release's example file wrote `reply_bytes = "16MiB"`, over half of one

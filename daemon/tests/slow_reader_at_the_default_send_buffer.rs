@@ -95,7 +95,7 @@ fn a_client_taking_64_kib_in_every_send_timeout_is_not_reset_at_the_default_send
     );
     assert!(!reset, "reset after {got} bytes");
     assert!(got >= 9 * 64 * 1024, "{got} bytes");
-    assert_eq!(trips(&d, "send_timeout"), 0);
+    assert_eq!(limit_trips(&d, "send_timeout"), 0);
 }
 
 /// 32 KiB every second under a 1.5 s timeout: less than 64 KiB in a timeout of waiting, so it
@@ -116,15 +116,5 @@ fn a_client_taking_less_than_64_kib_in_a_send_timeout_is_reset_at_the_default_se
         "reset after {:?}",
         start.elapsed()
     );
-    assert_eq!(trips(&d, "send_timeout"), 1);
-}
-
-fn trips(d: &Daemon, limit: &str) -> u64 {
-    let prefix = format!("worldd_limit_trips_total{{limit=\"{limit}\"}} ");
-    get(&d.url("/v1/metrics"), None)
-        .text()
-        .lines()
-        .find_map(|l| l.strip_prefix(prefix.as_str()).map(str::to_owned))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
+    assert_eq!(limit_trips(&d, "send_timeout"), 1);
 }

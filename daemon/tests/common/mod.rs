@@ -1024,9 +1024,32 @@ pub fn path_str(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// How many times `limit` has tripped (`worldd_limit_trips_total{limit="…"}`), 0 before its
+/// first.
+pub fn limit_trips(d: &Daemon, limit: &str) -> u64 {
+    let row = format!("worldd_limit_trips_total{{limit=\"{limit}\"}} ");
+    get(&d.url("/v1/metrics"), None)
+        .text()
+        .lines()
+        .find_map(|l| l.strip_prefix(row.as_str()))
+        .map_or(0, |n| n.trim().parse().unwrap())
+}
+
 /// Read one HTTP response from `s` (its head, and a body of its `Content-Length`): the head as
 /// text and the body's bytes. Panics when the connection ends first.
 pub fn read_one_answer(s: &mut std::net::TcpStream) -> (String, Vec<u8>) {
+    read_one_answer_unless_closed(s).unwrap_or_else(|buf| {
+        panic!(
+            "connection closed before a full response: {:?}",
+            String::from_utf8_lossy(&buf)
+        )
+    })
+}
+
+/// [`read_one_answer`], or, when the connection ends (or fails) first, what it had read.
+pub fn read_one_answer_unless_closed(
+    s: &mut std::net::TcpStream,
+) -> Result<(String, Vec<u8>), Vec<u8>> {
     use std::io::Read;
     let mut buf = Vec::new();
     let mut chunk = [0u8; 8192];
@@ -1042,18 +1065,13 @@ pub fn read_one_answer(s: &mut std::net::TcpStream) -> (String, Vec<u8>) {
                 })
                 .unwrap_or(0);
             if buf.len() >= end + 4 + length {
-                return (head, buf[end + 4..end + 4 + length].to_vec());
+                return Ok((head, buf[end + 4..end + 4 + length].to_vec()));
             }
         }
-        let n = s
-            .read(&mut chunk)
-            .unwrap_or_else(|e| panic!("{e} after {:?}", String::from_utf8_lossy(&buf)));
-        assert!(
-            n > 0,
-            "connection closed before a full response: {:?}",
-            String::from_utf8_lossy(&buf)
-        );
-        buf.extend_from_slice(&chunk[..n]);
+        match s.read(&mut chunk) {
+            Ok(0) | Err(_) => return Err(buf),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
     }
 }
 
