@@ -302,7 +302,7 @@ fn an_oversized_commit_is_refused_before_it_spends() {
     assert_eq!((code, out.as_str()), (2, ""), "{err}");
     assert!(
         err.contains(
-            "worldd: daemon startup failed at config: [limits] commit_body_bytes 8388609 is out of range (1 to 8388608)"
+            "worldd: daemon startup failed at config: --commit-body-bytes 8388609 is out of range (1 to 8388608)"
         ),
         "{err}"
     );
