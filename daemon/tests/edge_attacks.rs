@@ -2966,10 +2966,15 @@ fn megabyte_objects_read_back_stay_mapped_only_up_to_the_resident_budget() {
             assert!(object.body.len() > 1_000_000);
         }
         let read_back = store_pages_mapped(&d);
-        assert!(
-            read_back >= mapped_before + 15 * MIB,
-            "{mapped_before} then {read_back} bytes mapped after reading 16 MiB back"
-        );
+        // With a budget, the writer also looks after a second without work: on a loaded
+        // machine the read-back can take longer, and the map may be released during it (what
+        // the budget is for). Only a read-back that no release cut short shows every page.
+        if metric(&d, "worldd_store_map_releases_total ") == releases_before {
+            assert!(
+                read_back >= mapped_before + 15 * MIB,
+                "{mapped_before} then {read_back} bytes mapped after reading 16 MiB back"
+            );
+        }
         // The next commit past the writer's look interval releases the map.
         std::thread::sleep(Duration::from_millis(150));
         let v = tools_call(
@@ -2988,13 +2993,17 @@ fn megabyte_objects_read_back_stay_mapped_only_up_to_the_resident_budget() {
             assert_eq!((releases, released), (0, 0));
             assert!(after >= read_back, "{read_back} then {after} bytes mapped");
         } else {
-            // One release at least: the call's own commits, if more than 100 ms apart, may
-            // map enough again for a second.
+            // One release at least (an idle look during the read-back, or the commit after
+            // it; the call's own commits, if more than 100 ms apart, may map enough again for
+            // another): of all the read-back mapped but what the budget lets stay.
             assert!(releases >= 1, "{releases} releases");
-            assert!(released >= 15 * MIB, "{released} bytes released");
             assert!(
-                after <= read_back / 2,
-                "{read_back} then {after} bytes mapped"
+                released >= 16 * MIB - budget - MIB,
+                "{released} bytes released"
+            );
+            assert!(
+                after <= mapped_before + budget + MIB,
+                "{mapped_before} before, {read_back} after the read-back, then {after} bytes mapped"
             );
             // The store reads on as before.
             let object = get(
