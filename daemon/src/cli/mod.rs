@@ -208,13 +208,65 @@ pub struct DbArg {
 /// The store a store-side verb works on, and the workspace root of the daemon serving it.
 #[derive(Debug)]
 pub struct StorePaths {
-    pub db: PathBuf,
+    pub db: StoreDir,
     pub workspace_root: PathBuf,
+}
+
+/// A store directory as a verb was given it, and the config file whose `[serve] db` named it,
+/// if one did: a verb run in another directory than the daemon's takes a relative path against
+/// its own, so the missing-store message says where the path came from ([`StoreDir::origin`]).
+#[derive(Debug, Clone)]
+pub struct StoreDir {
+    path: PathBuf,
+    named_by: Option<PathBuf>,
+}
+
+impl StoreDir {
+    /// Where the path came from when `[serve] db` of a config file gave it: the key as
+    /// written, the file, and (for a relative path) that it is taken against the working
+    /// directory.
+    pub(super) fn origin(&self) -> Option<String> {
+        let config = self.named_by.as_ref()?;
+        let config = std::path::absolute(config).unwrap_or_else(|_| config.clone());
+        Some(format!(
+            "`[serve] db = {:?}` of {}{}",
+            self.path.to_string_lossy(),
+            config.display(),
+            if self.path.is_relative() {
+                ", taken against the working directory, as worldd serve takes it"
+            } else {
+                ""
+            }
+        ))
+    }
+}
+
+impl From<PathBuf> for StoreDir {
+    fn from(path: PathBuf) -> StoreDir {
+        StoreDir {
+            path,
+            named_by: None,
+        }
+    }
+}
+
+impl std::ops::Deref for StoreDir {
+    type Target = std::path::Path;
+
+    fn deref(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
+impl AsRef<std::path::Path> for StoreDir {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.path
+    }
 }
 
 impl DbArg {
     /// The store: `--db`, else `[serve] db` of `--config`, else [`DEFAULT_DB`].
-    pub fn db(&self) -> Result<PathBuf, Failure> {
+    pub fn db(&self) -> Result<StoreDir, Failure> {
         Ok(self.paths(None)?.db)
     }
 
@@ -227,49 +279,22 @@ impl DbArg {
             Some(config) => serve::config_store_paths(config).map_err(Failure::usage)?,
             None => (None, None),
         };
-        if let (None, Some(given), Some(config)) = (&self.db, &file_db, &self.config) {
-            *DB_FROM_CONFIG
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) =
-                Some((given.clone(), config.clone()));
-        }
+        let db = match (&self.db, file_db) {
+            (Some(given), _) => StoreDir::from(given.clone()),
+            (None, Some(path)) => StoreDir {
+                path,
+                named_by: self.config.clone(),
+            },
+            (None, None) => StoreDir::from(PathBuf::from(DEFAULT_DB)),
+        };
         Ok(StorePaths {
-            db: self
-                .db
-                .clone()
-                .or(file_db)
-                .unwrap_or_else(|| PathBuf::from(DEFAULT_DB)),
+            db,
             workspace_root: workspace_root
                 .map(std::path::Path::to_path_buf)
                 .or(file_root)
                 .unwrap_or_else(|| PathBuf::from(session::DEFAULT_WORKSPACE_ROOT)),
         })
     }
-}
-
-/// The store path this run took from `[serve] db` of a config file, and that file. A verb run
-/// in another directory than the daemon's takes a relative one against its own: the
-/// missing-store message says where the path came from ([`db_from_config`]).
-static DB_FROM_CONFIG: std::sync::Mutex<Option<(PathBuf, PathBuf)>> = std::sync::Mutex::new(None);
-
-/// Where `db` came from when `[serve] db` of `--config` gave it: the key as written, the
-/// file, and (for a relative path) that it is taken against the working directory.
-pub(super) fn db_from_config(db: &std::path::Path) -> Option<String> {
-    let taken = DB_FROM_CONFIG
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let (given, config) = taken.as_ref().filter(|(given, _)| given == db)?;
-    let config = std::path::absolute(config).unwrap_or_else(|_| config.clone());
-    Some(format!(
-        "`[serve] db = {:?}` of {}{}",
-        given.to_string_lossy(),
-        config.display(),
-        if given.is_relative() {
-            ", taken against the working directory, as worldd serve takes it"
-        } else {
-            ""
-        }
-    ))
 }
 
 /// The command line, with a leading `-` followed by a digit read as a value wherever a flag

@@ -137,12 +137,13 @@ pub fn run(mut a: QuickstartArgs) -> CliResult {
     }
     // Checked and asked before anything is made, as `session new` does: a question left
     // unanswered (Ctrl-C, a closed terminal, a killed process) leaves nothing behind.
+    let store_dir = super::StoreDir::from(db.clone());
     let minting = if let Some(reused) = live_credential(&db, &token_file, &a.episode)? {
         reused.say(&token_file, &a.episode, a.budget);
         None
     } else {
         let minting = super::session::Minting::check_before_making(
-            &db,
+            &store_dir,
             &a.episode,
             a.budget.unwrap_or(DEFAULT_BUDGET),
             &token_file,

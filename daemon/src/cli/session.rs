@@ -12,7 +12,7 @@ use broker_core::store::{Store, StoreError, StoreOptions};
 use clap::{Args, Subcommand};
 
 use super::secret_file::SecretFile;
-use super::{now, CliResult, DbArg, Failure};
+use super::{now, CliResult, DbArg, Failure, StoreDir};
 
 /// The eight se-tools effects granted by `--preset se-tools`.
 pub const SE_TOOLS_EFFECTS: [&str; 8] = [
@@ -325,7 +325,7 @@ pub fn seen_is_durable(store: &Store) -> CliResult {
 }
 
 /// Open an existing store; never create one here.
-pub fn open_existing(db: &Path) -> Result<Store, Failure> {
+pub fn open_existing(db: &StoreDir) -> Result<Store, Failure> {
     // As for the verbs that only read: the calls a serving daemon has in flight are no
     // indeterminate effects, and minting beside it must not say they "are never retried".
     if super::doctor::daemon_serves(db) {
@@ -341,7 +341,7 @@ pub fn open_existing(db: &Path) -> Result<Store, Failure> {
 /// the operator may be backing it up, or checking it, before upgrading: a schema-2, 3, 4 or 5
 /// store is read as it is (said once on stderr), a schema-1 store is refused, and
 /// `worldd serve` upgrades either.
-pub fn open_to_read(db: &Path) -> Result<Store, Failure> {
+pub fn open_to_read(db: &StoreDir) -> Result<Store, Failure> {
     let read_only = broker_core::store::refuses_writes(db);
     let open = || {
         open_with(
@@ -378,7 +378,7 @@ pub fn open_to_read(db: &Path) -> Result<Store, Failure> {
     }
 }
 
-fn open_with(db: &Path, options: StoreOptions) -> Result<Store, Failure> {
+fn open_with(db: &StoreDir, options: StoreOptions) -> Result<Store, Failure> {
     // As `serve` does: a store or plugin state another user could have written is refused.
     super::placement::refuse_loose_store(db).map_err(Failure::fatal)?;
     Store::open(db, options).map_err(|e| match e {
@@ -420,7 +420,7 @@ fn open_with(db: &Path, options: StoreOptions) -> Result<Store, Failure> {
             None => Failure::usage(format!(
                 "world store {} does not exist{}; refusing to create one: run this in the directory the daemon was started in, or pass --db with the daemon's store (worldd serve creates a store, for a new world only)",
                 std::path::absolute(db).unwrap_or_else(|_| db.to_path_buf()).display(),
-                super::db_from_config(db)
+                db.origin()
                     .map(|from| format!(" ({from})"))
                     .unwrap_or_default()
             )),
@@ -494,7 +494,7 @@ fn shown_path(path: &Path) -> String {
 }
 
 fn mint(
-    db: &Path,
+    db: &StoreDir,
     episode: &str,
     grants: Vec<Grant>,
     operator: bool,
@@ -546,7 +546,7 @@ fn mint(
 /// A mint checked and not yet confirmed: nothing is made until the operator says `y`, so an
 /// interrupt at the prompt leaves nothing behind.
 pub(crate) struct Minting<'a> {
-    db: &'a Path,
+    db: &'a StoreDir,
     /// `None` only for quickstart's store, made after the answer.
     store: Option<Store>,
     episode: &'a str,
@@ -558,7 +558,7 @@ pub(crate) struct Minting<'a> {
 
 impl<'a> Minting<'a> {
     fn check(
-        db: &'a Path,
+        db: &'a StoreDir,
         episode: &'a str,
         grants: Vec<Grant>,
         operator: bool,
@@ -577,7 +577,7 @@ impl<'a> Minting<'a> {
     /// worktree and the directory of `out` are made (after the answer, by quickstart): what
     /// exists of them is checked now, the rest when [`Minting::deliver`] makes the credential.
     pub(crate) fn check_before_making(
-        db: &'a Path,
+        db: &'a StoreDir,
         episode: &'a str,
         budget: u64,
         out: &'a Path,
@@ -603,7 +603,7 @@ impl<'a> Minting<'a> {
 
     /// Everything but the store and `out`, which no mint makes.
     fn check_arguments(
-        db: &'a Path,
+        db: &'a StoreDir,
         episode: &'a str,
         grants: Vec<Grant>,
         operator: bool,
@@ -854,7 +854,7 @@ fn new(a: NewArgs) -> CliResult {
         );
     } else if needs_worktree
         && root == Path::new(DEFAULT_WORKSPACE_ROOT)
-        && db != Path::new(super::DEFAULT_DB)
+        && *db != *Path::new(super::DEFAULT_DB)
     {
         errln!(
             "worldd session: warning: the worktree goes to {} (the default --workspace-root, under this directory) while the store is {}: if the daemon serves another workspace root, answer n and pass --workspace-root with it",

@@ -118,7 +118,7 @@ pub fn run(a: WhyArgs) -> CliResult {
     };
     match mode(&a) {
         Mode::Store(db) => {
-            let store = open_to_read(&db)?;
+            let store = open_to_read(&db.into())?;
             let found = by_form(verify::why(&store, &handle, a.scan), form.as_ref(), |h| {
                 verify::why(&store, h, a.scan)
             });
