@@ -10,9 +10,13 @@
 //! | [`plugins`] | find, load (abi_stable) and configure effect-handler plugins; adapt them to broker-core |
 //! | [`state`] | the shared state: store, coordinator, authentication, invocation |
 //! | [`admission`] | per-episode queues, then global execution slots |
+//! | [`watched`] | a call's effect on the blocking pool, watched for its handler's deadline; its commit driven by a task of its own |
+//! | [`scheduling`] | how the kernel schedules the daemon's threads (`[serve] scheduling`) |
 //! | [`limits`] | the operator's sizes, counts and deadlines (`[limits]`) |
 //! | [`byte_size`] | sizes as an operator writes them (`64GiB`, `"16 MiB"`), for flags and the config file |
 //! | [`edge`] | the HTTP edge: connections, timeouts, Host and Origin, body reads, answers waiting for their clients (`[server]`) |
+//! | [`json_bounds`] | the limits a request body's JSON meets before anything in it runs |
+//! | [`memory`] | handing freed heap back to the kernel once a burst of large requests is over |
 //! | [`quota`] | per-key caps (a credential's share of the answer budget, an episode's log streams) |
 //! | [`server`] | the axum router and graceful shutdown |
 //! | [`service_manager`] | `READY=1` and `STOPPING=1` for a service manager that asked (`$NOTIFY_SOCKET`, systemd's `Type=notify`) |
@@ -20,11 +24,13 @@
 //! | [`mcp`] | `POST /mcp/` |
 //! | [`a2a`] | `POST /a2a/` and the agent card |
 //! | [`rest`] | `/v1/*` |
+//! | [`api_error`], [`extract`] | the REST error envelope `{"error":{"class","message"}}`, and the extractors that refuse in it |
 //! | [`operator_commit`] | `POST /v1/commit`: an operator's act, with a commit grant and a size limit |
 //! | [`catalog`] | `/v1/handlers`: the loaded plugins, and whether each of a session's tools can run (rule R8) |
 //! | [`fallback`] | JSON 404 / 405 answers that point to the real endpoints |
 //! | [`tools`] | the tool surface a session sees (shared by MCP and A2A) |
 //! | [`outcome`] | the closed outcome classification of a call (shared by MCP, A2A and reconciliation) |
+//! | [`invalid_params`] | a bad argument is `-32602 invalid params` on both surfaces, never a host failure |
 //! | [`reconcile`] | `/v1/calls/…`, `/v1/invocations/…` and `/v1/budget`: did my call land, what is left |
 //! | [`metrics`] | Prometheus counters at `/v1/metrics` |
 //! | [`log_throttle`] | log lines any client can cause, written at most once per interval |
