@@ -3142,3 +3142,196 @@ fn a_log_row_the_daemon_names_damaged_is_shown_broken_not_absent() {
     );
     b.screenshot(&shots().join("workbench-damaged-row.png"));
 }
+
+/// Rename log row `i`'s `"header"` member `"headeR"` (one flipped bit) in the stopped store
+/// under `dir`: the row no longer decodes, and the daemon names it damaged.
+fn damage_row(dir: &tempfile::TempDir, i: u64) {
+    rewrite_row(dir, broker_core::store::RawTable::LogRow, (i, i), |row| {
+        let at = row.windows(8).position(|s| s == b"\"header\"").unwrap();
+        row[at + 6] = b'R';
+    });
+}
+
+/// What the daemon says of damaged log row `i` (`log entry I is damaged: …; run worldd
+/// doctor`), from its `500 Damaged` answer.
+fn damage_said(d: &Daemon, token: &str, i: u64) -> String {
+    let refused = get(&d.url(&format!("/v1/log/{i}")), Some(token));
+    assert_eq!(refused.status, 500, "{}", refused.text());
+    let refused = refused.json();
+    assert_eq!(refused["error"]["class"], "Damaged", "{refused}");
+    refused["error"]["message"].as_str().unwrap().to_owned()
+}
+
+/// The indices of the timeline's rows, newest first.
+fn timeline_indices(b: &Browser) -> Value {
+    b.exec(
+        "return [...document.querySelectorAll('#entries li')].map((li) => Number(li.dataset.index))",
+        json!([]),
+    )
+}
+
+/// The live stream's requests that have ended since the page's resource timings were cleared.
+fn ended_streams(b: &Browser) -> Value {
+    b.exec(
+        "return performance.getEntriesByType('resource')\
+         .filter((e) => new URL(e.name).pathname === '/v1/log/stream').length",
+        json!([]),
+    )
+}
+
+/// A damaged row after the page's last entry ended the live stream with a `Damaged` error
+/// event: the page took the stream's end for the daemon gone, reconnected every second with the
+/// same error for good, and never listed the row nor said why. It lists the row as a summaries
+/// page names it, says so above the list, and follows the log on after the row.
+#[test]
+fn a_damaged_row_reached_by_the_live_log_is_listed_and_said_and_the_log_followed_past_it() {
+    let Some(b) = Browser::start_or_skip(
+        "a_damaged_row_reached_by_the_live_log_is_listed_and_said_and_the_log_followed_past_it",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let d = serve_relative(tempfile::tempdir().unwrap(), "127.0.0.1:0");
+    let addr = d.addr.clone();
+    let base = format!("http://{addr}");
+    let ep1 = d.session("ep1", &["Workspace.Read=worktree:20"]);
+    let ops = d.operator_session("ops", &[]);
+    std::fs::write(d.root().join("ep1/a.txt"), "a\n").unwrap();
+    call_read(&d, &ep1, "a.txt"); // 1
+    sign_in(&b, &base, &ops, "#log");
+    assert_eq!(timeline_indices(&b), json!([1, 0]));
+
+    // Entries 2–4 are written while the page is disconnected, and row 3 is then damaged.
+    let dir = d.halt();
+    b.wait_for(
+        "the page to say it is disconnected",
+        live_says("disconnected"),
+    );
+    let d = serve_relative(dir, &addr);
+    for _ in 2..=4 {
+        call_read(&d, &ep1, "a.txt");
+    }
+    let dir = d.halt();
+    damage_row(&dir, 3);
+    let d = serve_relative(dir, &addr);
+    let said = damage_said(&d, &ops, 3);
+
+    b.exec("performance.clearResourceTimings()", json!([]));
+    b.click(&b.find("#reconnect"));
+    b.wait_for_element("#entries li[data-index='4']");
+    assert_eq!(timeline_indices(&b), json!([4, 3, 2, 1, 0]));
+    assert_eq!(
+        b.text_of("#entries li[data-index='3']").as_deref(),
+        Some(format!("#3\ndamaged\ndamaged row\n{said}").as_str())
+    );
+    assert_eq!(
+        b.text_of("#stream-problem"),
+        Some(format!(
+            "Entry #3 is damaged in the daemon's store, and the live log goes on after it: {said}"
+        ))
+    );
+    // Followed past it, not reconnecting: one stream ended (at row 3), and the next one stays.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_eq!(b.text_of("#live").as_deref(), Some("live"));
+    assert_eq!(ended_streams(&b), json!(1));
+    b.screenshot(&shots().join("workbench-damaged-row-live.png"));
+    // And the next call appears live.
+    call_read(&d, &ep1, "a.txt"); // 5
+    b.wait_for_element("#entries li[data-index='5']");
+    assert_eq!(timeline_indices(&b), json!([5, 4, 3, 2, 1, 0]));
+    assert_eq!(ended_streams(&b), json!(1));
+}
+
+/// Rename row `i`'s `"header"` member `"headeR"` in the store at `db` of a running daemon (a
+/// flipped bit on its disk: it checks its newest row when it starts, so a damaged newest row
+/// is met only so), or, given `undo`, put the member's name back. LMDB serialises this write
+/// with the daemon's own across processes; no store handle of this process is open on `db`.
+fn flip_header_live(db: &std::path::Path, i: u64, undo: bool) {
+    let (from, to): (&[u8], u8) = if undo {
+        (b"\"headeR\"", b'r')
+    } else {
+        (b"\"header\"", b'R')
+    };
+    common::why::tamper(db, "entries", |w, table| {
+        let key = i.to_be_bytes();
+        let mut row = table.get(w, &key).unwrap().unwrap().to_vec();
+        let at = row.windows(8).position(|s| s == from).unwrap();
+        row[at + 6] = to;
+        table.put(w, &key, &row).unwrap();
+    });
+}
+
+/// The newest row of the log damaged: the page fetched it for its tip (`GET /v1/log/{last}`),
+/// got `500 Damaged`, and sign-in failed with "Could not reach the daemon". And a tip damaged
+/// once the page had loaded it made the check on reconnecting take the daemon for gone. The
+/// page takes the newest intact entry for its tip, and a damaged tip from the summaries page's
+/// `damaged` list.
+#[test]
+fn a_damaged_newest_row_neither_stops_the_sign_in_nor_the_reconnection() {
+    let Some(b) = Browser::start_or_skip(
+        "a_damaged_newest_row_neither_stops_the_sign_in_nor_the_reconnection",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let d = serve_relative(tempfile::tempdir().unwrap(), "127.0.0.1:0");
+    let addr = d.addr.clone();
+    let base = format!("http://{addr}");
+    let ep1 = d.session("ep1", &["Workspace.Read=worktree:20"]);
+    let ep3 = d.session("ep3", &["Workspace.Read=worktree:20"]);
+    let ops = d.operator_session("ops", &[]);
+    std::fs::write(d.root().join("ep1/a.txt"), "a\n").unwrap();
+    std::fs::write(d.root().join("ep3/b.txt"), "b\n").unwrap();
+    call_read(&d, &ep1, "a.txt"); // 1
+    call_read(&d, &ep1, "a.txt"); // 2
+
+    // The newest row, damaged under the running daemon.
+    flip_header_live(&d.db(), 2, false);
+    let said = damage_said(&d, &ops, 2);
+    sign_in(&b, &base, &ops, "#log");
+    assert_eq!(timeline_indices(&b), json!([2, 1, 0]));
+    assert_eq!(
+        b.text_of("#entries li[data-index='2']").as_deref(),
+        Some(format!("#2\ndamaged\ndamaged row\n{said}").as_str())
+    );
+    assert_eq!(
+        b.exec(
+            "return ['login-error', 'stream-problem', 'log-notice'].map((id) => document.getElementById(id).hidden)",
+            json!([])
+        ),
+        json!([true, true, true])
+    );
+    sign_out(&b);
+    flip_header_live(&d.db(), 2, true);
+
+    // An agent's page: its tip is entry 2, its last call; another episode's calls follow.
+    sign_in(&b, &base, &ep1, "#log");
+    assert_eq!(timeline_indices(&b), json!([2, 1, 0]));
+    call_read(&d, &ep3, "b.txt"); // 3
+    call_read(&d, &ep3, "b.txt"); // 4
+    let dir = d.halt();
+    b.wait_for(
+        "the page to say it is disconnected",
+        live_says("disconnected"),
+    );
+    damage_row(&dir, 2);
+    let d = serve_relative(dir, &addr);
+    damage_said(&d, &ops, 2);
+    b.click(&b.find("#reconnect"));
+    b.wait_for("the live indicator", live_says("live"));
+    // The same log: nothing dropped nor reloaded, and the stream goes on after the tip.
+    assert_eq!(
+        b.exec(
+            "return document.getElementById('log-notice').hidden",
+            json!([])
+        ),
+        json!(true)
+    );
+    assert_eq!(timeline_indices(&b), json!([2, 1, 0]));
+    call_read(&d, &ep1, "a.txt"); // 5
+    b.wait_for_element("#entries li[data-index='5']");
+    assert_eq!(timeline_indices(&b), json!([5, 2, 1, 0]));
+    assert_eq!(b.text_of("#live").as_deref(), Some("live"));
+}

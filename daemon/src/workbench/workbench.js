@@ -447,6 +447,7 @@ const state = {
   daemon: null, // the absolute path of the daemon's store, from GET /workbench/daemon at sign-in
   tip: null, // {index, hash} of entry next − 1, the last the page has: the log it holds ends there
   rewound: null, // the `rewound` event of the stream just read: the daemon's log is not the page's
+  damage: null, // {index, message} of the `Damaged` error the stream just read ended with
   loaded: 0, // generation of the loaded log: a reload after a rollback moves it on
   scanning: false, // older pages are being scanned
   differs: new Map(), // index → the fields its summary said otherwise than its verified record
@@ -681,7 +682,9 @@ function arrived(s) {
   remember(s);
   if (i + 1 >= state.next) {
     state.next = i + 1;
-    state.tip = { index: i, hash: s.entryHash };
+    // The tip is the entry the page checks the daemon's log by, with its hash: a damaged row
+    // has none, so the tip stays the last intact entry (and the stream resumes by index).
+    if (!s.damaged) state.tip = { index: i, hash: s.entryHash };
   }
   if (matches(s)) {
     const list = $("entries");
@@ -701,21 +704,35 @@ async function loadNewest() {
   const loaded = state.loaded;
   const page = await api.json(`/v1/log/summaries?limit=${PAGE}`);
   if (signin !== state.signin) throw new Superseded();
-  const last = page.next - 1;
-  let hash = page.items.find((s) => s.header.entryIndex === last)?.entryHash;
-  if (hash === undefined && last >= 0) hash = (await api.json(`/v1/log/${last}`)).entryHash;
+  const damaged = damagedOf(page);
+  const tip = await newestIntact(page, new Set(damaged.map((d) => d.index)));
   if (signin !== state.signin) throw new Superseded();
   if (loaded !== state.loaded) return;
   state.entries.clear();
-  for (const s of [...page.items, ...damagedOf(page)]) remember(s);
+  for (const s of [...page.items, ...damaged]) remember(s);
   state.scannedFrom = page.from;
   state.next = page.next;
   state.head = page.head;
-  state.tip = last >= 0 ? { index: last, hash } : null;
+  state.tip = tip;
   renderTimeline();
   // Nothing of this credential's among the newest entries (an agent's calls are older than
   // other episodes' newest): scan further back rather than say there are none.
   if (state.entries.size === 0) scanOlder(SCAN);
+}
+
+/**
+ * The tip of a summaries page: its newest entry that is not a damaged row, with its entry
+ * hash (from the page, or from `GET /v1/log/{i}` for an entry this credential may not list);
+ * null when the page holds none. A damaged row (named under `damaged`) has no hash to check
+ * the daemon's log by, and `GET /v1/log/{i}` answers it 500 `Damaged`.
+ */
+async function newestIntact(page, damaged) {
+  for (let i = page.next - 1; i >= page.from; i--) {
+    if (damaged.has(i)) continue;
+    const hash = page.items.find((s) => s.header.entryIndex === i)?.entryHash;
+    return { index: i, hash: hash !== undefined ? hash : (await api.json(`/v1/log/${i}`)).entryHash };
+  }
+  return null;
 }
 
 /**
@@ -830,7 +847,16 @@ function rejoin() {
         }
         let now = null;
         if (res.ok) now = (await res.json()).entryHash;
-        else if (res.status !== 404) throw new ApiError(res.status, "", "");
+        else if (res.status === 500) {
+          // The tip's row may have been damaged since (a flipped byte, a restore): the
+          // summaries page still says what stands at its index.
+          now = await tipOnPage(tip.index);
+          if (now === DAMAGED) {
+            // Nor can the stream check its hash: it resumes after it by index.
+            if (signin === state.signin && state.tip === tip) state.tip = { ...tip, damaged: true };
+            return signin === state.signin;
+          }
+        } else if (res.status !== 404) throw new ApiError(res.status, "", "");
         if (signin !== state.signin) return false;
         if (now === tip.hash) return true;
         await reloadRolledBack(tip, now === null);
@@ -845,6 +871,27 @@ function rejoin() {
     });
   }
   return state.checking;
+}
+
+const DAMAGED = Symbol("damaged");
+
+/**
+ * What `GET /v1/log/summaries` says stands at `index`, for the tip check when the entry route
+ * answers 500: DAMAGED when it names the row under `damaged` (the row is there, but has no
+ * hash to compare: the page takes it as the log it holds), the entry hash of the summary it
+ * lists there, or null when the log ends before `index`. Anything else is no answer (thrown).
+ * Sent as rejoin's own request is, not through `api`, which waits for rejoin.
+ */
+async function tipOnPage(index) {
+  const res = await fetch(`/v1/log/summaries?from=${index}&limit=1`, { headers: authHeaders(), cache: "no-store",
+    credentials: "omit", signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
+  if (!res.ok) throw new ApiError(res.status, "", "");
+  const page = await res.json();
+  if (damagedOf(page).some((d) => d.index === index)) return DAMAGED;
+  const listed = (page.items || []).find((s) => s.header?.entryIndex === index);
+  if (listed) return listed.entryHash;
+  if (Number.isSafeInteger(page.head) && page.head < index) return null;
+  throw new Error(`entry ${index} is neither served nor listed`);
 }
 
 /** The daemon's log is not the one the page loaded: drop it, load the newest page, say so. */
@@ -889,10 +936,12 @@ async function follow() {
     return;
   }
   let refused = null;
+  // The damaged rows this stream passed over: said until the page follows the log anew.
+  const passed = [];
   while (state.stream === ctl) {
     try {
       const tip = state.tip;
-      const resume = tip && tip.index === state.next - 1 ? `${tip.index} ${tip.hash}` : String(state.next - 1);
+      const resume = tip && tip.index === state.next - 1 && !tip.damaged ? `${tip.index} ${tip.hash}` : String(state.next - 1);
       const headers = authHeaders(state.next > 0 ? { "Last-Event-ID": resume } : {});
       const path = state.next > 0 ? "/v1/log/stream" : "/v1/log/stream?from=0";
       const res = await fetch(path, { headers, cache: "no-store", credentials: "omit", signal: ctl.signal });
@@ -909,12 +958,27 @@ async function follow() {
         throw refused;
       }
       refused = null;
-      streamProblem(null);
+      streamProblem(passedNotice(passed));
       setLive("live", "on");
       state.retry = 0;
       state.rewound = null;
+      state.damage = null;
       await readEvents(res.body, ctl);
       if (ctl.signal.aborted) return;
+      const damage = state.damage;
+      state.damage = null;
+      // The stream ended at a row that no longer decodes: the daemon is there, and the log goes
+      // on after that row, so the stream resumes past it at once.
+      if (damage && damage.index >= state.next) {
+        await passDamaged(damage);
+        if (state.stream !== ctl) return;
+        passed.push(damage);
+        streamProblem(passedNotice(passed));
+        continue;
+      }
+      // A row the page has passed already, named again: resuming at once would only repeat
+      // it; said, and tried again later, as a refusal is (the daemon is not gone).
+      if (damage) refused = new Error(damage.message);
       const rewound = state.rewound;
       if (rewound) {
         // The log this page followed was rolled back: what it loaded goes, the newest page is
@@ -924,7 +988,7 @@ async function follow() {
         continue;
       }
       // The stream ended: the daemon may be gone.
-      state.gone = true;
+      if (!refused) state.gone = true;
     } catch (e) {
       if (ctl.signal.aborted) return;
       // Not an answer but a dropped connection: the daemon may be gone.
@@ -1015,9 +1079,49 @@ function dispatch(type, data) {
     state.rewound = v;
   } else if (type === "error") {
     const cls = v.error?.class || "";
+    const index = cls === "Damaged" ? damagedIndex(v.error) : null;
     if (cls.startsWith("Session")) signedOut(new ApiError(401, cls, v.error?.message));
+    // The stream's last word: acted on once it has ended (follow).
+    else if (index !== null) state.damage = { index, message: String(v.error.message || "") };
     else setLive(`stream error: ${v.error?.message || cls}`, "wait");
   }
+}
+
+/**
+ * The log position a stream's `Damaged` error names: its `index`, or (from a daemon that sends
+ * none) the `I` of its message `log entry I is damaged: …`; null when it names none.
+ */
+function damagedIndex(error) {
+  if (Number.isSafeInteger(error.index) && error.index >= 0) return error.index;
+  const m = /^log entry (\d+) is damaged/.exec(String(error.message || ""));
+  const i = m ? Number(m[1]) : NaN;
+  return Number.isSafeInteger(i) ? i : null;
+}
+
+/**
+ * The stream ended at a damaged row (`damage`): list it as a summaries page lists one, with
+ * any entry before it the stream did not send (a daemon that ends its batch at the damage),
+ * and move the page's next position past it, so the stream resumes after it.
+ */
+async function passDamaged(damage) {
+  const signin = state.signin;
+  const loaded = state.loaded;
+  if (damage.index > state.next) {
+    const from = Math.max(state.next, damage.index - SCAN);
+    const page = await api.json(`/v1/log/summaries?from=${from}&limit=${damage.index - from}`);
+    if (signin !== state.signin || loaded !== state.loaded) return;
+    const rows = [...page.items, ...damagedOf(page)].filter((s) => s.header.entryIndex < damage.index);
+    for (const s of rows.sort((a, b) => a.header.entryIndex - b.header.entryIndex)) arrived(s);
+  }
+  arrived(damagedRow({ index: damage.index, reason: damage.message }));
+}
+
+/** The notice of the damaged rows the live log passed over (their indices, the last's reason). */
+function passedNotice(passed) {
+  if (!passed.length) return null;
+  const last = passed.at(-1);
+  const which = passed.length === 1 ? `Entry #${last.index} is` : `Entries ${passed.map((d) => `#${d.index}`).join(", ")} are`;
+  return `${which} damaged in the daemon's store, and the live log goes on after ${passed.length === 1 ? "it" : "them"}: ${last.message}`;
 }
 
 // ---------------------------------------------------------------------------------------
