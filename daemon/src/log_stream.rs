@@ -41,6 +41,10 @@
 //! (for clients that cannot set headers; `Last-Event-ID` wins when both are sent). Without
 //! either, the stream starts after the current head: only new entries.
 //!
+//! A row that no longer decodes as an entry cannot be an event: the stream sends the entries
+//! before it, then one `error` event (`Damaged`, with the row's `index`) and ends; the client
+//! resumes past it with `?from=I+1` or `Last-Event-ID: I`.
+//!
 //! # Who sees what
 //!
 //! Entries are filtered by [`crate::visibility`]. A session's credential is checked again
@@ -269,6 +273,16 @@ fn error_event(e: ApiError) -> Event {
         .data(json!({"error": {"class": e.class, "message": e.message}}).to_string())
 }
 
+/// The last event of a stream whose read reached a row that no longer decodes: the REST
+/// envelope of `GET /v1/log/{index}` for that row, plus the row's `index`, so a client can
+/// resume past it without parsing the message.
+fn damaged_event(d: &log_summary::Damaged) -> Event {
+    let e = ApiError::damaged_entry(d.index, &d.cause);
+    Event::default().event("error").data(
+        json!({"error": {"class": e.class, "message": e.message, "index": d.index}}).to_string(),
+    )
+}
+
 /// The one event of a stream resumed from an entry the log no longer holds: entry `index` is
 /// now `now` (another hash, or none), not the `seen` the client's `Last-Event-ID` named.
 fn rewound_event(index: u64, seen: &Ref, now: Option<Ref>, head: Option<u64>) -> Event {
@@ -351,7 +365,20 @@ impl Follow {
             })
             .await;
             let page = match read {
-                Ok(Ok((page, snapshot))) => {
+                Ok(Ok((mut page, snapshot))) => {
+                    // A stream cannot carry a damaged position as an event (each event is one
+                    // entry). The entries before it are sent as ever; the stream stops reading
+                    // there, and ends saying which position only when a read starts at it, so
+                    // a client resuming past it (`?from=I+1`) has missed nothing before it.
+                    if let Some(d) = page.damaged.first() {
+                        if d.index == from {
+                            self.ended = true;
+                            return Some((Ok(damaged_event(d)), self));
+                        }
+                        let at = d.index;
+                        page.items.retain(|s| s.index() < at);
+                        page.next = at;
+                    }
                     // No entry leaves before the disk has it (`crate::durable_answers`).
                     if !page.items.is_empty() {
                         crate::durable_answers::wait_durable(self.state.store(), snapshot).await;
@@ -367,13 +394,6 @@ impl Follow {
                     return Some((Ok(error_event(ApiError::internal("log stream", e))), self));
                 }
             };
-            // A stream cannot carry a damaged position as an event (each event is one
-            // entry): it ends saying which, as a summaries page lists it.
-            if let Some(d) = page.damaged.first() {
-                self.ended = true;
-                let e = ApiError::damaged_entry(d.index, &d.cause);
-                return Some((Ok(error_event(e)), self));
-            }
             let read = page.next.saturating_sub(from);
             self.state
                 .log_stream()

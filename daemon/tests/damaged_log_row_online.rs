@@ -1,16 +1,20 @@
 //! One log row that no longer decodes (a flipped byte in its entry JSON), served by a running
 //! daemon: the route of that entry says it is damaged and which entry, pages of summaries
-//! spanning it are still answered with the position marked damaged, and online `why` confines
-//! the damage where offline `why` does. The damage is made with LMDB directly, on a stopped
+//! spanning it are still answered with the position marked damaged, a log stream sends the
+//! entries before it and then names it, and online `why` confines the damage where offline
+//! `why` does. The damage is made with LMDB directly, on a stopped
 //! store.
 
 mod common;
 
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::net::TcpStream;
 use std::path::PathBuf;
 
 use common::why::{online, reads_then_stopped, session_file, tamper};
 use common::*;
-use serde_json::json;
+use serde_json::{json, Value};
 
 const WS: &[&str] = &["worldd_workspace"];
 
@@ -107,16 +111,142 @@ fn a_summaries_page_spanning_an_undecodable_row_is_answered_with_that_position_m
     assert_eq!(out.lines().count(), 4, "{out}");
 }
 
+/// An SSE event: its `id` (when it has one), its name and its data.
+type SseEvent = (Option<String>, String, Value);
+
+/// The events of an SSE body as `(id, event, data)`: each event this stream sends has one
+/// `data` line (its JSON), so an event is complete at its `data` line. Lines that are neither
+/// (blank separators, the chunk sizes of a raw HTTP/1.1 body) are skipped.
+fn sse_events(lines: impl IntoIterator<Item = String>) -> Vec<SseEvent> {
+    let mut events = Vec::new();
+    let (mut id, mut event) = (None, None);
+    for line in lines {
+        if let Some(v) = line.strip_prefix("id: ") {
+            id = Some(v.to_owned());
+        } else if let Some(v) = line.strip_prefix("event: ") {
+            event = Some(v.to_owned());
+        } else if let Some(v) = line.strip_prefix("data: ") {
+            let data = serde_json::from_str(v).unwrap_or_else(|e| panic!("{e}: {v}"));
+            events.push((id.take(), event.take().expect("an event name"), data));
+        }
+    }
+    events
+}
+
+/// The `entry` events of `summaries` (a summaries page's items), as the stream sends them.
+fn entry_events(summaries: &[&Value]) -> Vec<SseEvent> {
+    summaries
+        .iter()
+        .map(|s| {
+            let id = format!(
+                "{} {}",
+                s["header"]["entryIndex"],
+                s["entryHash"].as_str().unwrap()
+            );
+            (Some(id), "entry".to_owned(), (*s).clone())
+        })
+        .collect()
+}
+
+/// The summaries of entries 0..=4 that `token` may see, by index (entry 2 has none).
+fn summaries(d: &Daemon, token: &str) -> BTreeMap<u64, Value> {
+    let a = get(&d.url("/v1/log/summaries?from=0&limit=5"), Some(token));
+    assert_eq!(a.status, 200, "{}", a.text());
+    a.json()["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["header"]["entryIndex"].as_u64().unwrap(), s.clone()))
+        .collect()
+}
+
+/// The last event of a stream that reached row 2.
+fn damaged_2() -> SseEvent {
+    let message = format!("log entry 2 is damaged: {CAUSE}; run worldd doctor");
+    (
+        None,
+        "error".to_owned(),
+        json!({"error": {"class": "Damaged", "message": message, "index": 2}}),
+    )
+}
+
 #[test]
-fn a_log_stream_reaching_an_undecodable_row_ends_with_a_damaged_error_event() {
+fn a_log_stream_sends_the_entries_before_an_undecodable_row_then_a_damaged_error_event_naming_it() {
     let (kept, _db) = damaged_row_2();
     let d = serve(kept);
     let ops = d.operator_session("ops", &[]);
-    let a = get(&d.url("/v1/log/stream?from=0"), Some(&ops));
-    assert_eq!(a.status, 200);
-    let message = format!("log entry 2 is damaged: {CAUSE}; run worldd doctor");
-    let data = json!({"error": {"class": "Damaged", "message": message}}).to_string();
+    let agent = d.session("ep1", &["Workspace.Read=worktree:9"]);
+    for token in [&ops, &agent] {
+        let s = summaries(&d, token);
+        assert_eq!(s.keys().copied().collect::<Vec<_>>(), [0, 1, 3, 4]);
+        // (`from`, `Last-Event-ID`, the entries the stream sends before the error event)
+        let cases = [
+            ("?from=0", None, vec![&s[&0], &s[&1]]),
+            ("?from=1", None, vec![&s[&1]]),
+            ("", Some("0"), vec![&s[&1]]),
+            // A read that starts at the damaged row itself: the error event alone.
+            ("?from=2", None, vec![]),
+            ("", Some("1"), vec![]),
+        ];
+        for (query, last_event_id, before) in cases {
+            let url = d.url(&format!("/v1/log/stream{query}"));
+            let headers = last_event_id.map(|v| ("Last-Event-ID", v));
+            let headers = headers.as_slice();
+            // `request` reads the body to its end: the stream ended after the error event.
+            let a = request("GET", &url, Some(token), headers, None);
+            assert_eq!(a.status, 200, "{query} {headers:?}: {}", a.text());
+            let mut expected = entry_events(&before);
+            expected.push(damaged_2());
+            assert_eq!(
+                sse_events(a.text().lines().map(str::to_owned)),
+                expected,
+                "{query} {headers:?}: {}",
+                a.text()
+            );
+        }
+    }
+    // The whole body, byte for byte, of the stream that reaches it first.
+    let a = get(&d.url("/v1/log/stream?from=2"), Some(&ops));
+    let data = damaged_2().2.to_string();
     assert_eq!(a.text(), format!("event: error\ndata: {data}\n\n"));
+}
+
+#[test]
+fn a_log_stream_resumed_past_an_undecodable_row_continues_with_the_entries_after_it() {
+    let (kept, _db) = damaged_row_2();
+    let d = serve(kept);
+    let ops = d.operator_session("ops", &[]);
+    let s = summaries(&d, &ops);
+    // The two resumes the error event's `index` allows: `?from=I+1` and `Last-Event-ID: I`.
+    for (query, header) in [("?from=3", ""), ("", "Last-Event-ID: 2\r\n")] {
+        let mut conn = TcpStream::connect(&d.addr).unwrap();
+        write!(
+            conn,
+            "GET /v1/log/stream{query} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {ops}\r\n{header}\r\n",
+            d.addr
+        )
+        .unwrap();
+        let rx = lines_of(conn.try_clone().unwrap());
+        assert_eq!(next_line(&rx, "status line"), "HTTP/1.1 200 OK");
+        // The stream stays open once caught up: read until entry 4 (the head) has come.
+        let mut lines = Vec::new();
+        loop {
+            let line = next_line(&rx, "entry 4");
+            let last = line
+                .strip_prefix("data: ")
+                .and_then(|v| serde_json::from_str::<Value>(v).ok())
+                .is_some_and(|v| v["header"]["entryIndex"] == 4);
+            lines.push(line);
+            if last {
+                break;
+            }
+        }
+        assert_eq!(
+            sse_events(lines.iter().cloned()),
+            entry_events(&[&s[&3], &s[&4]]),
+            "{query}{header}: {lines:?}"
+        );
+    }
 }
 
 /// Offline, entry 3's link to entry 2 is checked through the store's index of entry hashes,
@@ -159,7 +289,7 @@ fn online_why_marks_the_entry_link_broken_after_an_undecodable_row_and_verifies_
     );
     assert_eq!(
         err,
-        format!("worldd: why: 1 of 1 link(s) broken: what the daemon at http://{} serves does not match its content address; do not trust this answer\n", d.addr)
+        format!("worldd: why: 1 of 1 link(s) broken in what the daemon at http://{} serves; do not trust this answer\n", d.addr)
     );
     let (code, out, err) = online(&d.addr, &session, &["3"], None);
     assert_eq!(code, 3, "{out}{err}");
@@ -177,6 +307,6 @@ fn online_why_marks_the_entry_link_broken_after_an_undecodable_row_and_verifies_
     assert!(broken[0].contains("  prevEntryHash sha256:"), "{out}");
     assert_eq!(
         err,
-        format!("worldd: why: 1 of 10 link(s) broken: what the daemon at http://{} serves does not match its content address; do not trust this answer\n", d.addr)
+        format!("worldd: why: 1 of 10 link(s) broken in what the daemon at http://{} serves; do not trust this answer\n", d.addr)
     );
 }
