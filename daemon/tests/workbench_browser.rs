@@ -1459,7 +1459,10 @@ fn members_the_entry_hash_does_not_cover_are_not_shown_under_its_verified_mark()
         "/v1/log/1",
         std::sync::Arc::new(|v: &mut Value| {
             v["approvedBy"] = json!("security team");
+            // Named as what every JavaScript object inherits: not taken for a covered member.
+            v["constructor"] = json!("security team");
             v["header"]["reviewed"] = json!(true);
+            v["header"]["toString"] = json!("security team");
             None
         }),
     );
@@ -1470,7 +1473,7 @@ fn members_the_entry_hash_does_not_cover_are_not_shown_under_its_verified_mark()
         .expect("the entry link's note");
     assert_eq!(
         note,
-        "note: the daemon also served \"approvedBy\", \"header.reviewed\", which the entry hash does not cover: not shown"
+        "note: the daemon also served \"approvedBy\", \"constructor\", \"header.reviewed\", \"header.toString\", which the entry hash does not cover: not shown"
     );
     let shown = b.exec(
         "return document.querySelector(\"li.link[data-kind='entry']\").innerText",

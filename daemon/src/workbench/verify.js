@@ -210,9 +210,11 @@ export async function verifyEntry(api, index, worldRef) {
       },
       transitionRef: e.transitionRef,
     };
+    // Own members only: `in` also finds what every object inherits (`constructor`,
+    // `toString`, `__proto__`…), and a member so named would go unnamed.
     const extra = [
-      ...Object.keys(e).filter((k) => !(k in covered)),
-      ...Object.keys(h).filter((k) => !(k in covered.header)).map((k) => `header.${k}`),
+      ...Object.keys(e).filter((k) => !Object.hasOwn(covered, k)),
+      ...Object.keys(h).filter((k) => !Object.hasOwn(covered.header, k)).map((k) => `header.${k}`),
     ];
     const result = {
       doc: covered,
