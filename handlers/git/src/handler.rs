@@ -71,6 +71,14 @@ pub const MAX_PATH_BYTES: usize = 4096;
 /// Most file names an output lists; the rest are counted in `more_files`.
 pub const MAX_LISTED_FILES: usize = 1000;
 
+/// The coordinator's cap on a whole tool answer: its canonical JSON, `world` block included.
+pub const RESULT_CAP: usize = 1 << 20;
+
+/// What an output leaves of [`RESULT_CAP`] for the `world` block the daemon adds (one
+/// effect's is under 200 bytes; the same room the ailang plugin keeps). An answer past the
+/// cap is recorded `failed` by the daemon, and a commit that was made must never be.
+pub const WORLD_ROOM: usize = 4 << 10;
+
 /// Time kept back from the daemon's deadline, so that a slow git is a clear
 /// `failed` before the daemon gives up on the call.
 const DEADLINE_MARGIN: Duration = Duration::from_millis(750);
@@ -1125,7 +1133,8 @@ impl GitHandler {
         Ok(head)
     }
 
-    /// The files of commit `head`: at most [`MAX_LISTED_FILES`] names, and how many there are.
+    /// The files of commit `head`: at most [`MAX_LISTED_FILES`] names, and how many there are
+    /// ([`GitHandler::made`] keeps those that fit the answer).
     fn files(&self, job: &Job<'_>, head: &str) -> Result<(Vec<String>, usize), String> {
         let files = match self.run(
             job,
@@ -1174,9 +1183,14 @@ impl GitHandler {
         let mut fields = Map::new();
         fields.insert("ok".into(), json!(true));
         fields.insert("commit".into(), json!(head));
+        if let Some(note) = &note {
+            fields.insert("note".into(), json!(note));
+        }
+        let files = self.fitting(&fields, files, total);
+        let listed = files.len();
         fields.insert("files".into(), json!(files));
-        if total > MAX_LISTED_FILES {
-            fields.insert("more_files".into(), json!(total - MAX_LISTED_FILES));
+        if total > listed {
+            fields.insert("more_files".into(), json!(total - listed));
         }
         let head = head.as_deref().unwrap_or("a commit");
         match &note {
@@ -1188,11 +1202,44 @@ impl GitHandler {
                 &format!("git: committed {head} ({total} file(s))"),
             ),
         }
-        if let Some(note) = note {
-            fields.insert("note".into(), json!(note));
-        }
         self.stamp.ok(fields)
     }
+
+    /// The first of `files` that fit, with `fields`, the stamps and a `more_files` count, in
+    /// [`RESULT_CAP`] less [`WORLD_ROOM`]. A name's JSON may be six times its bytes (control
+    /// characters; `"` is two), so a thousand long names can pass the cap.
+    fn fitting(
+        &self,
+        fields: &Map<String, Value>,
+        mut files: Vec<String>,
+        total: usize,
+    ) -> Vec<String> {
+        let mut rest = fields.clone();
+        rest.insert("files".into(), json!([]));
+        // The count is at most `total`, so its digits are at most these.
+        rest.insert("more_files".into(), json!(total));
+        rest.insert("tool".into(), json!(self.stamp.tool()));
+        rest.insert("policy_digest".into(), json!(self.stamp.policy_digest()));
+        // serde_json escapes strings as the canonical form does (only `"`, the backslash and
+        // control characters below U+0020), so its length is the canonical length.
+        let mut used = json_len(&Value::Object(rest));
+        let room = RESULT_CAP - WORLD_ROOM;
+        let fit = files
+            .iter()
+            .take_while(|name| {
+                // The name between quotes, and the comma before it (one too many for the first).
+                used = used.saturating_add(json_len(&json!(name)) + 1);
+                used <= room
+            })
+            .count();
+        files.truncate(fit);
+        files
+    }
+}
+
+/// The length of `value` as compact JSON.
+fn json_len(value: &Value) -> usize {
+    handler_kit::serde_json::to_string(value).map_or(usize::MAX / 2, |t| t.len())
 }
 
 /// The first `most` of `names`, quoted as they are and joined, with a count of the rest; `None`

@@ -783,3 +783,40 @@ fn a_staged_file_whose_filter_only_the_user_config_defines_is_refused_not_commit
         "uryyb\n"
     );
 }
+
+#[test]
+fn a_commit_whose_names_pass_the_answer_cap_lists_what_fits_and_counts_the_rest() {
+    // 600 paths of 1,011 bytes, 1,000 of them `"`: 2,013 bytes each as JSON, 1.2 MB in all,
+    // past what the daemon accepts as one answer. The commit is made; it must be `ok`.
+    let f = Fixture::new();
+    let quotes: std::path::PathBuf = (0..4).map(|_| "\"".repeat(250)).collect();
+    fs::create_dir_all(f.repo().join(&quotes)).unwrap();
+    let total = 600;
+    for i in 0..total {
+        fs::write(f.repo().join(&quotes).join(format!("f{i:03}")), "x").unwrap();
+    }
+    let before = f.head();
+    let out = f.commit(json!({"op": "commit", "message": "quotes"}));
+    assert_eq!(out["ok"], json!(true), "{:?}", out.get("refused"));
+    assert_ne!(f.head(), before, "the commit was made");
+    assert_eq!(f.status(), "");
+    let listed = out["files"].as_array().unwrap().len();
+    assert!(listed > 0, "{listed}");
+    let bound = worldd_git::RESULT_CAP - worldd_git::WORLD_ROOM;
+    let size = Value::Object(out.clone()).to_string().len();
+    assert!(size <= bound, "{size} bytes, more than {bound}");
+    assert_eq!(out["more_files"], json!(total - listed));
+    // As many as fit: the next name (git lists them sorted) would not have.
+    let next = format!("{}/f{listed:03}", quotes.to_str().unwrap());
+    let mut more = out.clone();
+    more["files"].as_array_mut().unwrap().push(json!(next));
+    let size = Value::Object(more).to_string().len();
+    assert!(size > bound, "{size} bytes fit in {bound}");
+    // The names listed are the commit's first ones, as git wrote them.
+    let names = files(&out);
+    assert_eq!(names[0], format!("{}/f000", quotes.to_str().unwrap()));
+    assert_eq!(
+        names[listed - 1],
+        format!("{}/f{:03}", quotes.to_str().unwrap(), listed - 1)
+    );
+}
