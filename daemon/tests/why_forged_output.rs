@@ -215,7 +215,7 @@ fn online_why_does_not_verify_a_read_whose_output_says_what_its_effect_result_do
         );
         assert_eq!(said.matches('✗').count(), 1, "{args:?}: {said}");
         assert!(
-            err.contains("why: 1 of 10 link(s) broken: what the daemon at http://"),
+            err.contains("why: 1 of 10 link(s) broken in what the daemon at http://"),
             "{args:?}: {err}"
         );
     }

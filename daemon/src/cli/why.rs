@@ -430,7 +430,7 @@ fn report(why: &Explanation, json: bool, source: &str) -> CliResult {
         [only] if !several => {
             let broken = only.links.iter().filter(|l| !l.ok).count();
             Err(Failure::integrity(format!(
-                "why: {broken} of {} link(s) broken: {source} does not match its content address; do not trust this answer",
+                "why: {broken} of {} link(s) broken in {source}; do not trust this answer",
                 only.links.len()
             )))
         }
