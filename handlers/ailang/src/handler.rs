@@ -1378,16 +1378,25 @@ fn unchecked(key: &str, path: &str, why: &str) -> String {
     )
 }
 
+/// What a path argument with a `..` segment is told. The walk resolves `..` as the kernel
+/// does (after the name before it, a symlink's target included), but the binary may shorten
+/// the path as text first (Go's `filepath.Clean`): `missing/../lnk/x` fails the kernel at
+/// `missing` and is `lnk/x` to the binary, `lnk/../../x` stays inside by the kernel and is
+/// `../x` as text. No single walk vouches for both readings, so none is admitted; the plans
+/// refuse `..` in `path` and `package` already.
+pub const DOT_DOT: &str = "a \"..\" segment is not admitted in a path argument (the binary may shorten the path as text, not as the kernel resolves it); nothing ran";
+
 /// Why a path argument may not reach the binary, if it may not: in git's own data as spelled,
-/// or, resolved beneath the worktree the way the Workspace plugin resolves its paths
-/// (`handler_kit::beneath`: each symlink read, not followed), leading out of the worktree
-/// (absolute, `..` above it, a link to another episode or the host) or into git's own data,
+/// holding a `..` segment ([`DOT_DOT`]), or, resolved beneath the worktree the way the
+/// Workspace plugin resolves its paths (`handler_kit::beneath`: each symlink read, not
+/// followed), leading out of the worktree (absolute, a link to another episode or the host,
+/// a link that climbs) or into git's own data,
 /// or naming a regular file with more than one hard link (unless `hard_links`), which can be
 /// a file outside the worktree, or naming something that is neither a regular file nor a
 /// directory (a FIFO, a socket, a device). The binary follows symlinks, so this is the check that keeps
 /// `lnk -> ../other-episode` from being read. The walk fails closed: a path it cannot finish
-/// is refused, all but a missing name (the binary's to answer; the part after a missing
-/// directory is judged as spelled).
+/// is refused, all but a missing name (the binary's to answer: with no `..` after it, nothing
+/// beneath a missing name exists, by the kernel's reading or the text's).
 fn path_refusal(
     worktree: Option<&Path>,
     hard_links: bool,
@@ -1396,6 +1405,9 @@ fn path_refusal(
 ) -> Option<String> {
     if let Some(why) = git_refusal(key, path) {
         return Some(why);
+    }
+    if path.split('/').any(|segment| segment == "..") {
+        return Some(argument_refusal(key, path, DOT_DOT));
     }
     let worktree = worktree?;
     let escapes = || {

@@ -95,8 +95,8 @@ pub use finish::{
     MAX_QUERY_MATCHES,
 };
 pub use handler::{
-    AilangHandler, ANSWER_MARGIN, ARCHIVE_CHANGED, CHECK, CLI, CLI_OPS, DISCOVER, HARD_CAP,
-    NO_CORPUS, RESTART, RUN, RUN_ENV, RUN_NET, UNRUNNABLE,
+    AilangHandler, ANSWER_MARGIN, ARCHIVE_CHANGED, CHECK, CLI, CLI_OPS, DISCOVER, DOT_DOT,
+    HARD_CAP, NO_CORPUS, RESTART, RUN, RUN_ENV, RUN_NET, UNRUNNABLE,
 };
 pub use policy::{toml_string, verify_summary, PolicySpec, Verified, DENY_WRITE};
 pub use process::OUTPUT_CAP;
