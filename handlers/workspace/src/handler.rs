@@ -1,6 +1,7 @@
 //! `Workspace.Read` and `Workspace.Write`: request checks, the three ops, and
 //! the output objects.
 
+use std::io;
 use std::path::Path;
 
 use handler_kit::output::Stamp;
@@ -419,6 +420,10 @@ impl WorkspaceHandler {
                 Err(WriteError::Before(PathError::Changed)) => continue,
                 Err(WriteError::Before(e)) => return self.path_refusal("write", path, e),
                 Err(WriteError::After(e)) => return self.unsynced("write", path, e),
+                // Only an edit (a write over a file read) exchanges, and can strand a save.
+                Err(WriteError::Stranded { kept, cause }) => {
+                    return self.stranded("write", path, &kept, &cause)
+                }
             }
         }
         self.path_refusal("write", path, PathError::Changed)
@@ -491,9 +496,26 @@ impl WorkspaceHandler {
                 Err(WriteError::Before(PathError::Changed)) => continue,
                 Err(WriteError::Before(e)) => return self.path_refusal("edit", path, e),
                 Err(WriteError::After(e)) => return self.unsynced("edit", path, e),
+                Err(WriteError::Stranded { kept, cause }) => {
+                    return self.stranded("edit", path, &kept, &cause)
+                }
             }
         }
         self.path_refusal("edit", path, PathError::Changed)
+    }
+
+    /// An edit swapped another writer's save out of the name and could not give it back: the
+    /// save is kept at `kept`, which the operator must move back (this process never removes
+    /// it; the next daemon's sweep of orphaned temporaries would). `failed`: the file at the
+    /// name is not what either writer meant it to hold.
+    fn stranded(&self, op: &str, path: &str, kept: &str, cause: &io::Error) -> Outcome {
+        let cause = errno_text(cause);
+        let message = format!(
+            "{op} {path}: something else saved the file while the {op} was being installed, and that save could not be given its name back ({cause}); it is kept at {kept}: move it back to {path} by hand before the daemon restarts (the workspace then removes files named so)"
+        );
+        self.host
+            .log(LogLevel::Error, &format!("workspace: {message}"));
+        Outcome::failed(message)
     }
 
     /// The file was replaced but may not survive a crash: the effect ran and

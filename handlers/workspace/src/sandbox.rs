@@ -149,6 +149,18 @@ impl Target {
         self.size.is_some()
     }
 
+    /// The worktree-relative path of `name` in the target's directory.
+    pub fn sibling(&self, name: &OsStr) -> String {
+        let mut parts: Vec<String> = self
+            .parent
+            .iter()
+            .chain(&self.missing)
+            .map(|c| c.to_string_lossy().into_owned())
+            .collect();
+        parts.push(name.to_string_lossy().into_owned());
+        parts.join("/")
+    }
+
     /// The canonical worktree-relative path, `/`-separated.
     pub fn canonical(&self) -> String {
         let parts: Vec<String> = self
@@ -477,7 +489,7 @@ impl Sandbox {
             }
         };
         match read {
-            Some(read) => install_over_read(dir, &tmp_name, &target.name, read, ours)?,
+            Some(read) => install_over_read(dir, &tmp_name, target, read, ours)?,
             None => {
                 #[cfg(test)]
                 tests::BEFORE_RENAME.with_borrow_mut(|hook| hook.take().map(|h| h()));
@@ -499,9 +511,11 @@ impl Sandbox {
     }
 }
 
-/// An edit's install: `tmp_name` (the staged file, `ours` its device and inode) takes `name`
-/// only if `name` still holds the file `read`; otherwise `Modified`, with the name holding what
-/// it held and no temporary file left.
+/// An edit's install: `tmp_name` (the staged file, `ours` its device and inode) takes the
+/// target's name only if the name still holds the file `read`; otherwise `Modified`, with the
+/// name holding what it held and no temporary file left, or `Stranded`: another writer's save
+/// that could not be given its name back (the name was removed and taken again meanwhile, an
+/// I/O error) is left at `tmp_name`, never removed.
 ///
 /// A check and then a rename leave a window between them in which another writer's save can
 /// land and be overwritten. So the staged file is *exchanged* with the name
@@ -513,10 +527,11 @@ impl Sandbox {
 fn install_over_read(
     dir: &Dir,
     tmp_name: &OsStr,
-    name: &OsStr,
+    target: &Target,
     read: Identity,
     ours: (u64, u64),
 ) -> Result<(), WriteError> {
+    let name = target.name.as_os_str();
     let refuse = |e: PathError| {
         let _ = dir.remove_file(tmp_name);
         Err(WriteError::Before(e))
@@ -550,18 +565,81 @@ fn install_over_read(
         let _ = dir.remove_file(tmp_name);
         return Ok(());
     }
-    // Another file was there: it gets its name back.
-    if exchange(dir, tmp_name, name).is_ok() {
-        let back = dir.symlink_metadata(tmp_name);
-        if !matches!(&back, Ok(md) if Identity::of(md).file() == ours) {
+    // Another writer's save was there: it gets its name back. `tmp_name` is removed only
+    // once it is seen to hold a file that may go (the edit; a save a newer one replaced),
+    // never on the assumption that the exchange back happened.
+    let theirs = out.ok().map(|md| Identity::of(&md).file());
+    let holds = |file: Option<(u64, u64)>| {
+        file.is_some()
+            && dir
+                .symlink_metadata(tmp_name)
+                .is_ok_and(|md| Some(Identity::of(&md).file()) == file)
+    };
+    // `Ok(true)`: `tmp_name` holds a file that may go; `Ok(false)`: it holds nothing now.
+    let back = match exchange_back(dir, tmp_name, name) {
+        Ok(()) if holds(Some(ours)) => Ok(true),
+        Ok(()) => {
             // The name was replaced again while it held the edit: that save is newer than
-            // the one swapped out, and keeps the name.
-            let _ = exchange(dir, tmp_name, name);
+            // the one swapped out, and keeps the name; the older one goes, as that save's
+            // rename would have removed it had the edit not been there.
+            match exchange(dir, tmp_name, name) {
+                Ok(()) if holds(theirs) => Ok(true),
+                Ok(()) => Err(io::Error::other(
+                    "the name was replaced again while the saves were put back",
+                )),
+                Err(e) => Err(e),
+            }
         }
-    }
-    let _ = dir.remove_file(tmp_name);
+        // The name was removed or renamed away while it held the edit: the save takes the
+        // name back, unless something else has taken it since.
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+            rename_noreplace(dir, tmp_name, name).map(|()| false)
+        }
+        Err(e) => Err(e),
+    };
+    let outcome = match back {
+        Ok(removable) => {
+            if removable {
+                let _ = dir.remove_file(tmp_name);
+            }
+            Err(WriteError::Before(PathError::Modified))
+        }
+        // Moved away by someone else meanwhile: nothing is left at the temporary name.
+        Err(_) if dir.symlink_metadata(tmp_name).is_err() => {
+            Err(WriteError::Before(PathError::Modified))
+        }
+        Err(cause) => Err(WriteError::Stranded {
+            kept: target.sibling(tmp_name),
+            cause,
+        }),
+    };
     let _ = sync_dir(dir);
-    Err(WriteError::Before(PathError::Modified))
+    outcome
+}
+
+/// The exchange that gives a swapped-out save its name back ([`exchange`]; a test can make it
+/// fail).
+fn exchange_back(dir: &Dir, tmp_name: &OsStr, name: &OsStr) -> io::Result<()> {
+    #[cfg(test)]
+    if let Some(errno) = tests::EXCHANGE_BACK_FAILS.take() {
+        return Err(io::Error::from_raw_os_error(errno));
+    }
+    exchange(dir, tmp_name, name)
+}
+
+/// `renameat2(RENAME_NOREPLACE)` of `from` to `to` in `dir`: `EEXIST` when `to` names anything.
+fn rename_noreplace(dir: &Dir, from: &OsStr, to: &OsStr) -> io::Result<()> {
+    let from = std::ffi::CString::new(from.as_bytes())?;
+    let to = std::ffi::CString::new(to.as_bytes())?;
+    let fd = dir.as_fd().as_raw_fd();
+    // SAFETY: `fd` is a directory descriptor `dir` holds open for the call; `from` and `to`
+    // are NUL-terminated names that outlive it.
+    let r = unsafe { libc::renameat2(fd, from.as_ptr(), fd, to.as_ptr(), libc::RENAME_NOREPLACE) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// `renameat2(RENAME_EXCHANGE)` of two names in `dir`: in one step each names the other's file.
@@ -601,6 +679,10 @@ pub enum WriteError {
     Before(PathError),
     /// The target was replaced but its directory could not be synced.
     After(PathError),
+    /// An edit's exchange swapped another writer's save out of the name, and it could not be
+    /// given the name back (`cause`): it is kept at `kept`, a temporary name in the same
+    /// directory (worktree-relative), for the operator to move back.
+    Stranded { kept: String, cause: io::Error },
 }
 
 /// Run `op` again when the tree changed between check and use.
@@ -1064,6 +1146,14 @@ mod tests {
     }
 
     /// The files in `root` named like temporary files.
+    /// What an edit's read accepts in these tests.
+    fn edit_rules() -> ReadRules {
+        ReadRules {
+            limit: 1 << 20,
+            hard_links: false,
+        }
+    }
+
     fn temporaries(root: &Path) -> Vec<OsString> {
         std::fs::read_dir(root)
             .unwrap()
@@ -1140,6 +1230,134 @@ mod tests {
             "second save"
         );
         assert_eq!(temporaries(&root), Vec::<OsString>::new());
+    }
+
+    /// An edit read `f.txt`; a save `X` is renamed over it before the exchange, which swaps
+    /// `X` out to the temporary name; then the name (holding the edit) is removed, so the
+    /// exchange back fails with ENOENT. The temporary name was removed all the same, unlinking
+    /// `X`, and the answer said nothing was changed. `X` now takes the name back.
+    #[test]
+    fn a_save_swapped_out_gets_the_name_back_when_the_name_is_removed_before_the_exchange_back() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_owned();
+        let sandbox = Sandbox::open(&root).unwrap();
+        std::fs::write(root.join("f.txt"), "original").unwrap();
+        let target = sandbox.resolve("f.txt", false).unwrap();
+        let (_, read) = sandbox.read_target_for_edit(&target, edit_rules()).unwrap();
+        let at = root.clone();
+        BEFORE_INSTALL.set(Some(Box::new(move || {
+            std::fs::write(at.join("save"), "theirs").unwrap();
+            std::fs::rename(at.join("save"), at.join("f.txt")).unwrap();
+        })));
+        let at = root.clone();
+        AFTER_EXCHANGE.set(Some(Box::new(move || {
+            assert_eq!(std::fs::read_to_string(at.join("f.txt")).unwrap(), "edited");
+            std::fs::remove_file(at.join("f.txt")).unwrap();
+        })));
+        let out = sandbox.write_over(&target, b"edited", Some(read));
+        assert!(AFTER_EXCHANGE.with_borrow(Option::is_none), "the hook ran");
+        assert!(
+            matches!(out, Err(WriteError::Before(PathError::Modified))),
+            "{out:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.join("f.txt")).unwrap(),
+            "theirs"
+        );
+        assert_eq!(temporaries(&root), Vec::<OsString>::new());
+    }
+
+    /// The same save swapped out, and the exchange back failing (an I/O error, or ENOENT with
+    /// the name taken again, so that the save cannot take it without replacing something):
+    /// the save stays at the temporary name, which the answer gives, and nothing removes it.
+    #[test]
+    fn a_save_that_cannot_be_given_its_name_back_is_kept_and_named() {
+        // ENOENT with the edit still at the name: the put-back finds the name taken (EEXIST),
+        // as when it was removed and saved to again just before.
+        for (errno, cause_errno) in [(libc::EIO, libc::EIO), (libc::ENOENT, libc::EEXIST)] {
+            let tmp = tempfile::tempdir().unwrap();
+            let root = tmp.path().to_owned();
+            std::fs::create_dir(root.join("d")).unwrap();
+            let sandbox = Sandbox::open(&root).unwrap();
+            std::fs::write(root.join("d/f.txt"), "original").unwrap();
+            let target = sandbox.resolve("d/f.txt", false).unwrap();
+            let (_, read) = sandbox.read_target_for_edit(&target, edit_rules()).unwrap();
+            let at = root.clone();
+            BEFORE_INSTALL.set(Some(Box::new(move || {
+                std::fs::write(at.join("save"), "theirs").unwrap();
+                std::fs::rename(at.join("save"), at.join("d/f.txt")).unwrap();
+            })));
+            EXCHANGE_BACK_FAILS.set(Some(errno));
+            let out = sandbox.write_over(&target, b"edited", Some(read));
+            assert_eq!(
+                EXCHANGE_BACK_FAILS.get(),
+                None,
+                "the exchange back was tried"
+            );
+            let Err(WriteError::Stranded { kept, cause }) = out else {
+                panic!("{errno}: {out:?}")
+            };
+            assert_eq!(cause.raw_os_error(), Some(cause_errno));
+            let left = temporaries(&root.join("d"));
+            assert_eq!(left.len(), 1, "{left:?}");
+            assert_eq!(kept, format!("d/{}", left[0].to_string_lossy()));
+            assert_eq!(std::fs::read_to_string(root.join(&kept)).unwrap(), "theirs");
+            // The exchange back never happened: the edit holds the name.
+            assert_eq!(
+                std::fs::read_to_string(root.join("d/f.txt")).unwrap(),
+                "edited"
+            );
+        }
+    }
+
+    /// The handler's answer to a stranded save: `failed`, naming where the save is, logged.
+    #[test]
+    fn an_edit_that_strands_a_save_fails_and_says_where_the_save_is() {
+        use handler_kit::serde_json::json;
+        use handler_kit::{EffectHandler, Host, HostServices, LogLevel, Outcome, Plugin};
+        struct Lines(Mutex<Vec<String>>);
+        impl HostServices for Lines {
+            fn log(&self, _level: LogLevel, message: &str) {
+                self.0.lock().unwrap().push(message.to_owned());
+            }
+        }
+        let lines = std::sync::Arc::new(Lines(Mutex::default()));
+        let handler =
+            crate::WorkspacePlugin::new(json!({}), Host::from_services(lines.clone())).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_owned();
+        std::fs::write(root.join("f.txt"), "one two").unwrap();
+        let at = root.clone();
+        BEFORE_INSTALL.set(Some(Box::new(move || {
+            std::fs::write(at.join("save"), "theirs").unwrap();
+            std::fs::rename(at.join("save"), at.join("f.txt")).unwrap();
+        })));
+        EXCHANGE_BACK_FAILS.set(Some(libc::EIO));
+        let out = handler.execute(handler_kit::Request {
+            invocation_id: "inv-test".into(),
+            episode: "ep".into(),
+            worktree: Some(root.to_string_lossy().into_owned()),
+            effect: "Workspace.Write".into(),
+            scope: "worktree".into(),
+            cost: 1,
+            payload: json!({"op": "edit", "path": "f.txt", "old_text": "one", "new_text": "1"}),
+            deadline_ms: 10_000,
+        });
+        let left = temporaries(&root);
+        assert_eq!(left.len(), 1, "{left:?}");
+        let kept = left[0].to_string_lossy();
+        let message = format!(
+            "edit f.txt: something else saved the file while the edit was being installed, and that save could not be given its name back (input/output error); it is kept at {kept}: move it back to f.txt by hand before the daemon restarts (the workspace then removes files named so)"
+        );
+        assert!(
+            matches!(&out, Outcome::Failed { message: m } if *m == message),
+            "{out:?}"
+        );
+        assert_eq!(*lines.0.lock().unwrap(), [format!("workspace: {message}")]);
+        assert_eq!(
+            std::fs::read_to_string(root.join(&*kept)).unwrap(),
+            "theirs"
+        );
     }
 
     /// Where the filesystem refuses the exchange (`EINVAL`), an edit falls back to the check
@@ -1234,6 +1452,9 @@ mod tests {
             const { std::cell::RefCell::new(None) };
         /// The exchange refused as by a filesystem without it (`EINVAL`).
         pub(super) static NO_EXCHANGE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+        /// The exchange that gives a swapped-out save its name back fails once, with this errno.
+        pub(super) static EXCHANGE_BACK_FAILS: std::cell::Cell<Option<i32>> =
+            const { std::cell::Cell::new(None) };
     }
 
     thread_local! {
