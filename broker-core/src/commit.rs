@@ -27,6 +27,7 @@ use crate::canon;
 use crate::journal::{self, Intent, JournalError, OutcomeStatus, Receipt};
 use crate::log::{self, Committed, Entry, LogError, World};
 use crate::object::{Object, Ref};
+use crate::schema::SESSIONS;
 use crate::store::{Store, StoreError, WriteCtx};
 
 /// The effect a commit spends: a grant `World.Commit=log:N` allows N commits.
@@ -81,6 +82,10 @@ pub enum CommitError {
     NotAscii { what: String, found: char },
     #[error("invalid commit: the record's invocationId {0:?} is spelled like a daemon's id (a2a:, mcp:, rest:) in another letter case; only the coordinator writes a2a: and mcp: ids, and a client's rest: ids are in lower case")]
     ImitatedInvocation(String),
+    /// The credential the commit was sent with was revoked before the commit's transaction:
+    /// nothing was committed or spent.
+    #[error("session credential was revoked before this commit was written: nothing was committed and nothing was spent")]
+    Revoked,
     #[error("denied:budget: the World.Commit=log grant has {remaining} commit(s) left")]
     Budget { remaining: u64 },
     #[error(transparent)]
@@ -145,6 +150,28 @@ pub fn rest_commit(
     commit: RestCommit,
     grant: &CommitGrant,
 ) -> Result<Ref, CommitError> {
+    commit_checked(store, commit, grant, None)
+}
+
+/// [`rest_commit`] on behalf of the credential whose id is `credential_id`, made only while
+/// its session record exists: checked inside the commit's transaction, so a revocation (a
+/// store write too) lands either before it, and the commit is refused [`CommitError::Revoked`],
+/// or after it. The grant's liveness is the caller's to check, with its clock.
+pub fn rest_commit_as(
+    store: &Store,
+    commit: RestCommit,
+    grant: &CommitGrant,
+    credential_id: &str,
+) -> Result<Ref, CommitError> {
+    commit_checked(store, commit, grant, Some(credential_id.to_owned()))
+}
+
+fn commit_checked(
+    store: &Store,
+    commit: RestCommit,
+    grant: &CommitGrant,
+    credential_id: Option<String>,
+) -> Result<Ref, CommitError> {
     // Only the daemon writes as the coordinator or the store, in any letter case: a reader
     // takes `Coordinator:a2a` for the coordinator.
     if log::is_reserved_writer(&commit.entry.header.written_by.to_ascii_lowercase()) {
@@ -195,6 +222,12 @@ pub fn rest_commit(
     let request_ref = commit.request_ref();
     let grant = grant.clone();
     store.write(move |w| -> Result<Ref, CommitError> {
+        if let Some(id) = &credential_id {
+            // Before the idempotent resend too: a revoked credential is answered nothing.
+            if SESSIONS.get(&w.reader(), id.as_str())?.is_none() {
+                return Err(CommitError::Revoked);
+            }
+        }
         let c = &commit;
         if let Some(id) = &c.invocation_id {
             if let Some(state) = journal::state_in(w, id)? {
@@ -310,7 +343,7 @@ pub fn receipt(store: &Store, id: &str) -> Result<Receipt, CommitError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::log::EntryHeader;
     use crate::object::sid;
@@ -319,10 +352,11 @@ mod tests {
         StoreError::Io("Input/output error (os error 5)".into())
     }
 
-    /// A commit of one record on the store's head, journaled under `rest:x`.
-    fn commit_on_head(store: &Store) -> RestCommit {
+    /// A commit of one record (`{"n": n}`) on the store's head, journaled under
+    /// `invocation_id` when one is given.
+    pub(crate) fn commit_on_head(store: &Store, invocation_id: Option<&str>, n: u64) -> RestCommit {
         let head = store.read(log::head).unwrap().unwrap();
-        let note = serde_json::json!({"n": 1});
+        let note = serde_json::json!({ "n": n });
         let out = Object::json(sid::INVOCATION_OUTPUT, "rest:ops", &note).unwrap();
         let rec = Object::json(sid::INVOCATION_RECORD, "rest:ops", &note).unwrap();
         let entry = Entry::new(
@@ -343,7 +377,7 @@ mod tests {
             log_head: entry.entry_hash,
         };
         RestCommit {
-            invocation_id: Some("rest:x".into()),
+            invocation_id: invocation_id.map(str::to_owned),
             observed_head: Some(head.world_ref),
             objects: vec![out, rec],
             world_ref: world.reference().unwrap(),
@@ -364,7 +398,7 @@ mod tests {
             episode: "ops".into(),
             budget: 1,
         };
-        let c = commit_on_head(&store);
+        let c = commit_on_head(&store, Some("rest:x"), 1);
         let world_ref = c.world_ref;
         store.stats().faults.fail_sync(eio());
         let first = rest_commit(&store, c.clone(), &grant);
@@ -383,5 +417,46 @@ mod tests {
         assert_eq!(rest_commit(&store, c, &grant).unwrap(), world_ref);
         assert_eq!(store.read(log::head).unwrap().unwrap().world_ref, world_ref);
         assert!(!store.writes_failing());
+    }
+
+    /// Attack (an operator credential revoked while its commit's body was on its way): the
+    /// commit's transaction finds the session record gone and commits and spends nothing; the
+    /// same commit by a credential still minted lands.
+    #[test]
+    fn a_commit_by_a_credential_revoked_before_its_transaction_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(&dir.path().join("db")).unwrap();
+        let grant = CommitGrant {
+            episode: "ops".into(),
+            budget: 1,
+        };
+        let minted = |store: &Store| {
+            let g = "World.Commit=log:1".parse().unwrap();
+            crate::session::mint(store, "ops", vec![g], 60, 0)
+                .unwrap()
+                .session
+                .credential_id
+        };
+        let revoked = minted(&store);
+        crate::session::revoke(&store, &revoked).unwrap();
+        let head = store.read(log::head).unwrap().unwrap().world_ref;
+        let c = commit_on_head(&store, Some("rest:x"), 1);
+        let refused = rest_commit_as(&store, c.clone(), &grant, &revoked);
+        assert!(matches!(refused, Err(CommitError::Revoked)), "{refused:?}");
+        assert_eq!(
+            refused.unwrap_err().to_string(),
+            "session credential was revoked before this commit was written: nothing was committed and nothing was spent"
+        );
+        assert_eq!(store.read(log::head).unwrap().unwrap().world_ref, head);
+        assert!(store.read(|r| journal::spent(r, "ops")).unwrap().is_empty());
+        assert!(matches!(
+            receipt(&store, "rest:x").unwrap(),
+            Receipt::NotStarted
+        ));
+        let live = minted(&store);
+        assert_eq!(
+            rest_commit_as(&store, c.clone(), &grant, &live).unwrap(),
+            c.world_ref
+        );
     }
 }

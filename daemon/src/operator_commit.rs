@@ -13,6 +13,12 @@
 //!    `--commit-body-bytes`; default 1 MiB, at most 8 MiB), read within the edge's body
 //!    deadline and budget ([`crate::edge::body`]), else 413 `PayloadTooLarge`.
 //!
+//! The credential and its grant are checked again once the body is in (it may trickle in for
+//! up to `[server] body_timeout_ms`): one revoked meanwhile is answered the 401 of a revoked
+//! credential, and one whose grant expired meanwhile the 403 `denied:expired` of step 3. The
+//! commit's own transaction checks once more that the credential's session record exists, so
+//! a revocation lands wholly before the commit or after it.
+//!
 //! Then the commit itself is checked ([`broker_core::commit::rest_commit`]): a `writtenBy` of
 //! the coordinator or the store, or a coordinator's invocation record, or one that passes for
 //! them (lookalike letters, another letter case), is refused with 400 `BadRequest`, like any
@@ -27,11 +33,11 @@ use broker_core::broker::{self, Decision, Denial};
 use broker_core::commit::{self, CommitError, CommitGrant, COMMIT_COST, COMMIT_SCOPE, REST_EFFECT};
 use broker_core::journal;
 use broker_core::log::LogError;
-use broker_core::session::Session;
+use broker_core::session::{AuthError, Session};
 use serde_json::{json, Value};
 
 use crate::rest::{parse_commit, ApiError};
-use crate::state::AppState;
+use crate::state::{AppState, AuthFailure, InvokeFailure};
 
 /// A refused commit: the answer, and the reason counted in the metrics.
 struct Refusal {
@@ -79,7 +85,8 @@ async fn commit_checked(
         .authenticate(headers)
         .await
         .map_err(|f| Refusal::new("unauthenticated", ApiError::from_auth(f)))?;
-    let grant = commit_grant(state, &session)?;
+    // Refused before its body is read; the grant spent is the one found after.
+    commit_grant(state, &session)?;
     if state.store().admits_client_work().is_err() {
         return Err(Refusal::new("store_full", ApiError::store_full()));
     }
@@ -98,6 +105,14 @@ async fn commit_checked(
             };
             Refusal::new(reason, crate::edge::body::rest_error(e, limit))
         })?;
+    // The commit is made on the credential as it is now, not as it was at the request's head:
+    // its body may have trickled in for up to `body_timeout_ms`. Revoked meanwhile, it is
+    // answered as a revoked credential is; its grant no longer live, as an expired grant is.
+    let session = state.session_now(&session).map_err(|e| match e {
+        InvokeFailure::Revoked => revoked(),
+        _ => Refusal::new("error", ApiError::from_auth(AuthFailure::Internal)),
+    })?;
+    let grant = commit_grant(state, &session)?;
     let c = parse_commit(state, &read.bytes).map_err(|e| Refusal::new("invalid", e))?;
     if let Some(id) = &c.invocation_id {
         if !id.starts_with("rest:") {
@@ -108,10 +123,13 @@ async fn commit_checked(
         }
     }
     let store = state.store().clone();
-    // A commit's answer waits for its own commit, newer than anything it read.
-    let selected = tokio::task::spawn_blocking(move || commit::rest_commit(&store, c, &grant))
-        .await
-        .map_err(|e| Refusal::new("error", ApiError::internal("commit task", e)))?;
+    let credential = session.credential_id.clone();
+    // A commit's answer waits for its own commit, newer than anything it read. A revocation
+    // after this point is seen inside the commit's transaction.
+    let selected =
+        tokio::task::spawn_blocking(move || commit::rest_commit_as(&store, c, &grant, &credential))
+            .await
+            .map_err(|e| Refusal::new("error", ApiError::internal("commit task", e)))?;
     match selected {
         Ok(r) => Ok(r.to_string()),
         Err(CommitError::Log(LogError::HeadConflict { observed, selected })) => Err(Refusal::new(
@@ -147,6 +165,7 @@ async fn commit_checked(
             ApiError::bad_request(e.to_string()),
         )),
         Err(e @ CommitError::Budget { .. }) => Err(Refusal::forbidden("budget", e.to_string())),
+        Err(CommitError::Revoked) => Err(revoked()),
         // Made, only its sync failing: the head moved, so it is counted accepted, and the
         // answer says so rather than "internal store failure".
         Err(CommitError::Store(e)) if e.committed_not_durable() => {
@@ -158,6 +177,15 @@ async fn commit_checked(
         )),
         Err(e) => Err(Refusal::new("error", ApiError::internal("commit", e))),
     }
+}
+
+/// The answer to a commit whose credential was revoked after its request's head arrived:
+/// the 401 a revoked (unknown) credential gets at the head.
+fn revoked() -> Refusal {
+    Refusal::new(
+        "unauthenticated",
+        ApiError::from_auth(AuthFailure::Denied(AuthError::Unknown)),
+    )
 }
 
 /// The operator's commit grant, if this session may commit now. Checked again, durably,
