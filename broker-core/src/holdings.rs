@@ -63,9 +63,16 @@ impl Episodes {
     }
 }
 
-/// The episode a stored invocation id names ([`crate::task::split_invocation_id`]).
+/// The episode whose call a stored invocation id names: only the coordinator's ids
+/// (`mcp:<episode>:<task>`, `a2a:<episode>:<task>`) name one. An operator's commit is journaled
+/// under `rest:<x>:<y>` or `commit:<episode>:<hash>`, whose middle part is no agent's episode
+/// (a `rest:demo:x` is not a call of `demo`), and belongs to no holding.
 fn episode_of(id: &[u8]) -> Option<&str> {
-    let (_, episode, _) = crate::task::split_invocation_id(std::str::from_utf8(id).ok()?)?;
+    let id = std::str::from_utf8(id).ok()?;
+    if !crate::commit::in_coordinator_namespace(id) {
+        return None;
+    }
+    let (_, episode, _) = crate::task::split_invocation_id(id)?;
     Some(episode)
 }
 
@@ -148,6 +155,51 @@ mod tests {
         assert_eq!(episode_of(b"a2a:ep-2:task:with:colons"), Some("ep-2"));
         assert_eq!(episode_of(b"mcp:demo"), None);
         assert_eq!(episode_of(b"genesis"), None);
+        // An operator's commit ids split the same way, and name no episode's call.
+        assert_eq!(episode_of(b"rest:demo:x"), None);
+        assert_eq!(episode_of(b"commit:ops:0a1b"), None);
+    }
+
+    /// Attack (an operator reading `worldd usage` to find who filled the store): operator
+    /// commits journaled as `rest:demo:x` (and `commit:ops:<hash>`, without an id) were
+    /// counted as calls of episodes `demo` and `ops`, which made none. Only the agent's call
+    /// counts.
+    #[test]
+    fn an_operator_commit_is_no_call_of_the_episode_its_id_seems_to_name() {
+        use crate::commit::{self, CommitGrant};
+        use crate::task::{self, TaskPhase, TaskState};
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(&dir.path().join("db")).unwrap();
+        let grant = CommitGrant {
+            episode: "ops".into(),
+            budget: 5,
+        };
+        let c = commit::tests::commit_on_head(&store, Some("rest:demo:x"), 1);
+        commit::rest_commit(&store, c, &grant).unwrap();
+        let c = commit::tests::commit_on_head(&store, None, 2);
+        commit::rest_commit(&store, c, &grant).unwrap();
+        let pending = TaskState {
+            invocation_id: "mcp:agent:t1".into(),
+            skill_id: "ailang-read".into(),
+            input_ref: Ref::of(b"{}"),
+            phase: TaskPhase::Pending,
+            output_ref: None,
+            entry_index: None,
+            world_ref: None,
+            effect_records: vec![],
+        };
+        store
+            .write(move |w| task::put(w, "agent", "mcp:t1", &pending))
+            .unwrap();
+        let held = store.read(holdings).unwrap();
+        assert_eq!(
+            held,
+            [Holding {
+                episode: "agent".into(),
+                calls: 1,
+                ..Holding::default()
+            }]
+        );
     }
 
     /// Held bytes count every object an episode holds; own bytes only those nobody else
