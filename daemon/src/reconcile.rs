@@ -277,14 +277,11 @@ async fn find(
     let found = crate::durable_answers::spawn_read(move || -> Result<_, ApiError> {
         let coordinator = s.coordinator();
         let id = surface.invocation_id(&session.episode, &t);
-        let (read, running) = with_running(
-            || {
-                coordinator
-                    .running_attempt(surface, &session.episode, &t)
-                    .is_some()
-            },
-            || coordinator.reconcile(&session, surface, &t),
-        );
+        // Its mark looked at before the read and again after (`read_beside_mark`).
+        let (read, running) = coordinator.read_beside_mark(surface, &session.episode, &t, || {
+            coordinator.reconcile(&session, surface, &t)
+        });
+        let running = running.is_some();
         let Some(r) = read.map_err(|e| match e {
             // A row that does not decode is not a call never journaled ("safe to send").
             CallError::Store(StoreError::Corrupt(what)) => {
@@ -335,17 +332,6 @@ async fn find(
         return Err(rolled_back_absent(&id));
     }
     Ok(Found::Absent)
-}
-
-/// `read` (a call's task state) and whether this daemon runs the call: its in-flight mark
-/// looked at before `read` and again after. Looked at only after, a call that committed
-/// between the two left its pending state read with its mark already gone, and was told a
-/// crash had left it behind (`pending`: inspect the worktree); only before, one that started
-/// since would be.
-fn with_running<T>(running: impl Fn() -> bool, read: impl FnOnce() -> T) -> (T, bool) {
-    let before = running();
-    let value = read();
-    (value, before || running())
 }
 
 /// 503 for a call absent from a store found rolled back under the daemon: whether it ran
@@ -581,37 +567,4 @@ fn indeterminate_json(pending: &[Pending]) -> Vec<Value> {
             v
         })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::with_running;
-    use std::cell::Cell;
-
-    /// Attack (an agent polling `GET /v1/calls/...` for the answer it lost): the call
-    /// committed after its pending state was read and before its in-flight mark was, and the
-    /// poll said `pending` ("nothing runs it: do not retry, inspect the worktree").
-    #[test]
-    fn a_call_that_commits_between_the_read_of_its_state_and_of_its_mark_is_still_running() {
-        let running = Cell::new(true);
-        let (state, seen) = with_running(
-            || running.get(),
-            || {
-                running.set(false);
-                "pending"
-            },
-        );
-        assert_eq!((state, seen), ("pending", true));
-        // One that starts after its state was read is running too.
-        let running = Cell::new(false);
-        let (_, seen) = with_running(
-            || running.get(),
-            || {
-                running.set(true);
-            },
-        );
-        assert!(seen);
-        // And one that runs neither before nor after is not.
-        assert!(!with_running(|| false, || ()).1);
-    }
 }

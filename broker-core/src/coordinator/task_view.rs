@@ -4,9 +4,10 @@
 //! It joins the two places a call lives: the in-flight marks (a call planning or running in
 //! this process) and the durable task state (its phase once an intent or a commit is on disk).
 
-use super::{CallError, CallOutput, Coordinator, EffectSummary, Surface};
+use super::{Attempt, CallError, CallOutput, Coordinator, EffectSummary, Surface};
 use crate::object::Ref;
 use crate::session::Session;
+use crate::store::StoreError;
 use crate::task::{self, TaskPhase};
 
 /// One task as its episode may see it.
@@ -63,11 +64,23 @@ impl Coordinator {
         surface: Surface,
         task_id: &str,
     ) -> Result<Option<TaskView>, CallError> {
-        let episode = &session.episode;
         let key = surface.task_key(task_id);
-        let running = self.running_attempt(surface, episode, task_id);
-        let stored = self.store.read(|r| task::get(r, episode, &key))?;
-        Ok(match (stored, running) {
+        let read = || self.store.read(|r| task::get(r, &session.episode, &key));
+        self.task_view_reading(session, surface, task_id, read)
+    }
+
+    /// [`Coordinator::task_view`] with the task's state read by `read` (a test starts a call
+    /// inside it, between the two looks at its mark).
+    pub(super) fn task_view_reading(
+        &self,
+        session: &Session,
+        surface: Surface,
+        task_id: &str,
+        read: impl FnOnce() -> Result<Option<task::TaskState>, StoreError>,
+    ) -> Result<Option<TaskView>, CallError> {
+        let episode = &session.episode;
+        let (stored, running) = self.read_beside_mark(surface, episode, task_id, read);
+        Ok(match (stored?, running) {
             (None, None) => None,
             (None, Some(attempt)) => Some(TaskView::Running {
                 skill_id: attempt.skill_id,
@@ -97,5 +110,23 @@ impl Coordinator {
                 }),
             },
         })
+    }
+
+    /// `read` (what the store holds of a task), and the call running it in this daemon if any:
+    /// its in-flight mark looked at before `read` and again after. Looked at only before, a
+    /// queued call that claims its mark and journals its intent in between is read pending
+    /// with no mark, and answered as a crash left it (terminal `failed`) while it runs; only
+    /// after, one that committed and let go of its mark in between is read pending too.
+    pub fn read_beside_mark<T>(
+        &self,
+        surface: Surface,
+        episode: &str,
+        task_id: &str,
+        read: impl FnOnce() -> T,
+    ) -> (T, Option<Attempt>) {
+        let before = self.running_attempt(surface, episode, task_id);
+        let value = read();
+        let running = before.or_else(|| self.running_attempt(surface, episode, task_id));
+        (value, running)
     }
 }

@@ -908,3 +908,56 @@ fn an_unrecorded_outcome_over_a_committed_task_stays_committed_when_the_sync_fai
         "invocation outcome is not confirmed; resend the same task id"
     );
 }
+
+/// Attack (an A2A client polling `tasks/get` for a call still queued behind its episode's
+/// running call): the call claimed its in-flight mark and journaled its intent after the view
+/// had looked for the mark and before it read the store. Pending, with no mark seen, it was
+/// answered as a crash leaves a call (terminal `failed`) while it ran. Looked at again after
+/// the read, the mark says it runs.
+#[test]
+fn a_call_that_starts_between_a_task_views_look_at_its_mark_and_its_read_is_running() {
+    let (_dir, c) = coordinator(Duration::from_secs(5), Duration::ZERO);
+    let s = session_of(&c, "ep");
+    let id = Surface::A2a.invocation_id("ep", "t1");
+    let key = Surface::A2a.task_key("t1");
+    let starts_then_reads = || {
+        hold_claim(&c, &id);
+        let pending = TaskState {
+            invocation_id: id.clone(),
+            skill_id: "ailang-read".into(),
+            input_ref: Ref::of(b"{}"),
+            phase: TaskPhase::Pending,
+            output_ref: None,
+            entry_index: None,
+            world_ref: None,
+            effect_records: vec![],
+        };
+        let k = key.clone();
+        c.store()
+            .write(move |w| task::put(w, "ep", &k, &pending))
+            .unwrap();
+        c.store().read(|r| task::get(r, "ep", &key))
+    };
+    let view = c
+        .task_view_reading(&s, Surface::A2a, "t1", starts_then_reads)
+        .unwrap();
+    assert!(
+        matches!(&view, Some(TaskView::Running { skill_id }) if skill_id == "ailang-read"),
+        "{view:?}"
+    );
+    // Its mark gone and its state still pending (a daemon that died mid-effect): indeterminate.
+    c.in_flight.lock().unwrap().clear();
+    let view = c.task_view(&s, Surface::A2a, "t1").unwrap();
+    assert!(
+        matches!(&view, Some(TaskView::Indeterminate { skill_id, effects }) if skill_id == "ailang-read" && effects.is_empty()),
+        "{view:?}"
+    );
+    // A call that let go of its mark during the read was running when it was read.
+    hold_claim(&c, &id);
+    let (_, seen) = c.read_beside_mark(Surface::A2a, "ep", "t1", || {
+        c.in_flight.lock().unwrap().clear()
+    });
+    assert_eq!(seen.map(|a| a.skill_id), Some("ailang-read".to_owned()));
+    // One that runs neither before nor after is not.
+    assert_eq!(c.read_beside_mark(Surface::A2a, "ep", "t1", || ()).1, None);
+}
