@@ -4,8 +4,10 @@
 //! fetched from anywhere but this daemon). It reads the log through the REST routes with the
 //! same session credential as any client (kept in the page's memory, sent as a bearer header;
 //! no cookies, so no cross-site request can borrow it), follows `GET /v1/log/stream`, and
-//! re-verifies every link of an entry's chain itself with WebCrypto: it trusts bytes, not the
-//! daemon's word. See `docs/workbench.md`.
+//! re-verifies an entry's chain itself with WebCrypto: every address, and how the documents
+//! refer to each other. That is less than `worldd why` checks (no journal, no replay, no
+//! effect against its planned effect, no output body against the handler's result, no
+//! genesis document against this build's): `docs/workbench.md` says which.
 //!
 //! `GET /workbench/daemon` answers, without a credential, the absolute path of the store this
 //! daemon serves: the page compares it before it sends its credential to whatever answers on

@@ -3338,3 +3338,58 @@ fn a_damaged_newest_row_neither_stops_the_sign_in_nor_the_reconnection() {
     assert_eq!(timeline_indices(&b), json!([5, 2, 1, 0]));
     assert_eq!(b.text_of("#live").as_deref(), Some("live"));
 }
+
+/// An entry after entry 0 that says `writtenBy world:genesis` (its entry hash recomputed, so
+/// its entry link holds) was checked as a genesis: its output link ✓ on a genesis document
+/// alone. `worldd why` holds that writer to entry 0; so does the page, in `why`'s words.
+#[test]
+fn the_genesis_writer_on_an_entry_after_entry_0_breaks_its_output_link() {
+    let Some(b) = Browser::start_or_skip(
+        "the_genesis_writer_on_an_entry_after_entry_0_breaks_its_output_link",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:10"]);
+    call_read(&d, &token, "hello.txt");
+    let proxy = TamperProxy::rewriting(
+        &d.addr,
+        "/v1/log/1",
+        std::sync::Arc::new(|v: &mut Value| {
+            let mut entry: broker_core::log::Entry = serde_json::from_value(v.clone()).unwrap();
+            entry.header.written_by = "world:genesis".into();
+            entry.entry_hash =
+                broker_core::log::Entry::compute_hash(&entry.header, &entry.transition_ref)
+                    .unwrap();
+            *v = serde_json::from_slice(&entry.to_bytes().unwrap()).unwrap();
+            None
+        }),
+    );
+    sign_in(&b, &proxy.url(""), &token, "#entry/1");
+    assert_eq!(
+        verdict(&b),
+        "✗ 2 of 3 links broken: the daemon served records that do not read as, or fit, what refers to them"
+    );
+    assert_eq!(
+        links(&b)
+            .into_iter()
+            .map(|(kind, ok, _)| (kind, ok))
+            .collect::<Vec<_>>(),
+        [
+            ("world".to_owned(), false),
+            ("entry".to_owned(), true),
+            ("output".to_owned(), false)
+        ]
+    );
+    assert_eq!(
+        link_why(&b, "output"),
+        "writtenBy world:genesis belongs to entry 0 only"
+    );
+    // The world the summary names selects the entry the daemon wrote, not this one.
+    assert_eq!(
+        link_why(&b, "world"),
+        "the world does not select this entry"
+    );
+}

@@ -1,6 +1,12 @@
-// Re-verify one log entry's chain in the browser, link by link, the way `worldd why` does:
-// every address is recomputed with WebCrypto SHA-256 over the bytes the daemon serves, the
-// entry hash and the world ref over their canonical JSON. Nothing is taken on the daemon's word.
+// Re-verify one log entry's chain in the browser, link by link: every address is recomputed
+// with WebCrypto SHA-256 over the bytes the daemon serves, the entry hash and the world ref
+// over their canonical JSON, and each document is checked against those that refer to it.
+// Nothing is taken on the daemon's word, but less is checked than `worldd why` checks, which
+// has the store's rows, this build's interpreter and its genesis: not the journal and task
+// state, not the replay of the plan, not each effect's request and record against the planned
+// effect (only how many there are), not the output's body against the handler's result, not
+// the genesis document against this build's, and a client's commit only as opaque objects.
+// docs/workbench.md ("One entry's chain") lists both.
 
 import { refOf, refOfJson, fromBase64, ZERO_REF, REF_PATTERN } from "./canon.js";
 
@@ -255,6 +261,9 @@ export async function verifyEntry(api, index, worldRef) {
   const h = entry.header;
   if (index === 0 || h.writtenBy === GENESIS_WRITER) {
     await link("output", entry.transitionRef, async () => {
+      // The genesis writer writes entry 0 and nothing else, as `worldd why` holds it.
+      if (index !== 0) throw new Broken(`writtenBy ${GENESIS_WRITER} belongs to entry 0 only`);
+      if (h.writtenBy !== GENESIS_WRITER) throw new Broken(`entry 0 is the genesis, but it says writtenBy ${h.writtenBy}`);
       const o = await json(entry.transitionRef, SID.genesis);
       return { ...o, detail: `${o.bytes.length} B genesis document` };
     });
