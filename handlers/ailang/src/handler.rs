@@ -972,19 +972,10 @@ impl<'a> Fields<'a> {
                 for key in ["path", "module", "query", "package"] {
                     self.string(key, false)?;
                 }
-                // Ailang.CLI never writes: a `write` flag (any case, with or without dashes)
-                // is refused whatever the op, before anything runs.
-                let writes = self.string_map("flags")?.is_some_and(|f| {
-                    f.keys()
-                        .any(|k| k.trim_start_matches('-').eq_ignore_ascii_case("write"))
-                });
-                if writes {
-                    return Err(self.refused(
-                        "flag \"write\" writes the worktree; Ailang.CLI never writes (use Workspace.Write)"
-                            .into(),
-                    ));
+                match self.string_map("flags")?.and_then(flag_refusal) {
+                    Some(why) => Err(self.refused(why)),
+                    None => Ok(()),
                 }
-                Ok(())
             }
         }
     }
@@ -1109,9 +1100,18 @@ impl AilangHandler {
         if let Some(why) = self.argument_refusal(&request.payload, worktree) {
             return Some(why);
         }
-        let (Kind::Run, rules) = handled(&request.effect).ok()? else {
+        let (kind, rules) = handled(&request.effect).ok()?;
+        if kind == Kind::Cli {
+            // A flag that may not reach the binary is known before anything runs; flags that
+            // are not an object of strings fail in `execute`, as they always have.
+            return match request.payload.get("flags") {
+                Some(Value::Object(flags)) => flag_refusal(flags),
+                _ => None,
+            };
+        }
+        if kind != Kind::Run {
             return None;
-        };
+        }
         if let Some(why) = request
             .payload
             .get("args_json")
@@ -1133,6 +1133,36 @@ impl AilangHandler {
         option_refusal(payload)
             .or_else(|| path_refusal_in(payload, worktree, self.allow_hard_links))
     }
+}
+
+/// Ailang.CLI's refusal of a `write` flag.
+pub const WRITE_FLAG: &str =
+    "flag \"write\" writes the worktree; Ailang.CLI never writes (use Workspace.Write)";
+
+/// The refusal of the first key of ailang-cli's `flags` that may not reach the binary: the
+/// `write` flag, however spelled (any case, dashes before it, blanks or `=value` after it:
+/// Ailang.CLI never writes), or a key that is not a plain flag name (lower-case letters,
+/// digits and `-`, not first). The policy-tool writes each flag as `--name=value`, so a key
+/// such as `write=true` or `write ` would otherwise reach the binary as a flag no comparison
+/// of whole names caught.
+fn flag_refusal(flags: &JsonObject) -> Option<String> {
+    flags.keys().find_map(|key| {
+        let name = key.trim_start_matches('-');
+        let name = name.split('=').next().unwrap_or(name).trim();
+        if name.eq_ignore_ascii_case("write") {
+            return Some(WRITE_FLAG.to_string());
+        }
+        let plain = key.bytes().next().is_some_and(|b| b != b'-')
+            && key
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        (!plain).then(|| {
+            format!(
+                "flag {} is not a plain flag name (lower-case letters, digits and \"-\", not first); nothing ran",
+                quote(key)
+            )
+        })
+    })
 }
 
 /// The most `args_json` may hold, in bytes. It reaches `ailang run` as one argv string, which

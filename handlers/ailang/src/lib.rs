@@ -96,7 +96,7 @@ pub use finish::{
 };
 pub use handler::{
     AilangHandler, ANSWER_MARGIN, ARCHIVE_CHANGED, CHECK, CLI, CLI_OPS, DISCOVER, DOT_DOT,
-    HARD_CAP, NO_CORPUS, RESTART, RUN, RUN_ENV, RUN_NET, UNRUNNABLE,
+    HARD_CAP, NO_CORPUS, RESTART, RUN, RUN_ENV, RUN_NET, UNRUNNABLE, WRITE_FLAG,
 };
 pub use policy::{toml_string, verify_summary, PolicySpec, Verified, DENY_WRITE};
 pub use process::OUTPUT_CAP;
