@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use cap_std::fs::Dir;
+use handler_kit::file_identity::FileIdentity;
 use handler_kit::output::errno_text;
 use handler_kit::output::Stamp;
 use handler_kit::protect::git_component;
@@ -197,6 +198,10 @@ struct Repo {
     common_dir: PathBuf,
     /// The private index every later run stages into (removed with it).
     index: PathBuf,
+    /// The repository's own index as it was when the private one was made from it (`None`:
+    /// there was none): one that differs when the private index is installed was changed
+    /// during the commit, and is not replaced.
+    index_seen: Option<FileIdentity>,
     _scratch: tempfile::TempDir,
 }
 
@@ -424,15 +429,24 @@ impl GitHandler {
     /// A copy of the repository's index that this commit stages into: whatever
     /// happens to the commit (a refusal, a timeout), the repository's own index
     /// and its lock are never touched until the commit is made.
-    fn private_index(&self, git_dir: &Path) -> io::Result<(tempfile::TempDir, PathBuf)> {
+    /// Also the copied index's identity, taken from the file opened (`None`: no index yet).
+    fn private_index(
+        &self,
+        git_dir: &Path,
+    ) -> io::Result<(tempfile::TempDir, PathBuf, Option<FileIdentity>)> {
         let (scratch, index) = self.scratch_index()?;
-        match std::fs::copy(git_dir.join("index"), &index) {
-            Ok(_) => {}
+        let seen = match std::fs::File::open(git_dir.join("index")) {
+            Ok(mut real) => {
+                let seen = FileIdentity::of(&real.metadata()?);
+                let mut copy = std::fs::File::create_new(&index)?;
+                io::copy(&mut real, &mut copy)?;
+                Some(seen)
+            }
             // No index yet (a fresh repository): git starts from an empty one.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => return Err(e),
-        }
-        Ok((scratch, index))
+        };
+        Ok((scratch, index, seen))
     }
 
     /// A place for a private index, with no index in it yet.
@@ -506,35 +520,44 @@ impl GitHandler {
 
     /// Make the private index the repository's, under git's own lock protocol
     /// (create `index.lock` exclusively, write, rename). If someone holds the
-    /// lock, the repository keeps its index and the operator is told.
+    /// lock, or the index changed since the private one was made from it, the
+    /// repository keeps its index and the operator is told.
     fn install_index(&self, repo: &Repo) {
         let real = repo.git_dir.join("index");
         let lock = repo.git_dir.join("index.lock");
-        let result = (|| -> io::Result<()> {
+        let result = (|| -> io::Result<bool> {
             let bytes = std::fs::read(&repo.index)?;
             let mut file = std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
                 .open(&lock)?;
-            let written = (|| {
+            // Under the lock no git changes the index. One that changed since it was copied
+            // holds what was staged (or refreshed) during the commit, which the private index
+            // does not: replacing it would silently undo that.
+            let written = index_identity(&real).and_then(|now| {
+                if now != repo.index_seen {
+                    return Ok(false);
+                }
                 io::Write::write_all(&mut file, &bytes)?;
                 file.sync_all()?;
-                std::fs::rename(&lock, &real)
-            })();
-            if written.is_err() {
+                std::fs::rename(&lock, &real).map(|()| true)
+            });
+            if !matches!(written, Ok(true)) {
                 let _ = std::fs::remove_file(&lock);
             }
             written
         })();
-        if let Err(e) = result {
-            self.host.log(
-                LogLevel::Warn,
-                &format!(
-                    "git: the commit was made but the worktree's index was not updated ({}); git status may show the committed changes as staged",
-                    errno_text(&e)
-                ),
-            );
-        }
+        let why = match result {
+            Ok(true) => return,
+            Ok(false) => "it changed during the commit (something staged into it or refreshed it), and is left as it is".to_owned(),
+            Err(e) => errno_text(&e),
+        };
+        self.host.log(
+            LogLevel::Warn,
+            &format!(
+                "git: the commit was made but the worktree's index was not updated ({why}); git status may show the committed changes as staged"
+            ),
+        );
     }
 
     /// A git run that could not complete, before anything was committed.
@@ -773,11 +796,14 @@ impl GitHandler {
     /// The repository found, with the private index this commit stages into.
     fn private_repo(&self, git_dir: PathBuf, common_dir: PathBuf, fresh: bool) -> Step<Repo> {
         let index = if fresh {
-            self.scratch_index()
+            // Not copied, but replaced all the same once the commit is made: unless it changes.
+            self.scratch_index().and_then(|(scratch, index)| {
+                Ok((scratch, index, index_identity(&git_dir.join("index"))?))
+            })
         } else {
             self.private_index(&git_dir)
         };
-        let (scratch, index) = index.map_err(|e| {
+        let (scratch, index, index_seen) = index.map_err(|e| {
             Outcome::failed(format!(
                 "commit: the index could not be copied: {}; nothing was committed",
                 errno_text(&e)
@@ -787,6 +813,7 @@ impl GitHandler {
             git_dir,
             common_dir,
             index,
+            index_seen,
             _scratch: scratch,
         })
     }
@@ -1234,6 +1261,15 @@ impl GitHandler {
             .count();
         files.truncate(fit);
         files
+    }
+}
+
+/// The identity of the index file at `path` (`None`: there is none).
+fn index_identity(path: &Path) -> io::Result<Option<FileIdentity>> {
+    match std::fs::metadata(path) {
+        Ok(md) => Ok(Some(FileIdentity::of(&md))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
     }
 }
 

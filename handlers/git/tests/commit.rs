@@ -820,3 +820,58 @@ fn a_commit_whose_names_pass_the_answer_cap_lists_what_fits_and_counts_the_rest(
         format!("{}/f{:03}", quotes.to_str().unwrap(), listed - 1)
     );
 }
+
+#[test]
+fn an_index_changed_during_the_commit_is_left_as_it_is_not_replaced_by_the_private_one() {
+    // A clean filter, run by git add while the commit stages into its private index, stages
+    // extra.txt into the worktree's own index: as someone running git add beside the commit.
+    let (f, log) = Fixture::logged();
+    let repo = f.repo();
+    git(
+        &repo,
+        &[
+            "config",
+            "filter.stager.clean",
+            "env -u GIT_INDEX_FILE git update-index --add extra.txt; cat",
+        ],
+    );
+    f.put(".gitattributes", "note.txt filter=stager\n");
+    git(&repo, &["add", ".gitattributes"]);
+    git(&repo, &["commit", "-q", "-m", "attributes"]);
+    f.put("extra.txt", "staged beside the commit\n");
+    f.put("note.txt", "note\n");
+    let before = f.head();
+    let out = f.commit(json!({"op": "commit", "message": "m", "paths": ["note.txt"]}));
+    assert_eq!(out["files"], json!(["note.txt"]), "{out:?}");
+    assert_ne!(f.head(), before);
+    // What was staged during the commit is still staged: the index was not replaced.
+    assert_eq!(
+        git(&repo, &["ls-files", "--stage", "--", "extra.txt"])
+            .split_whitespace()
+            .last(),
+        Some("extra.txt")
+    );
+    assert!(!repo.join(".git/index.lock").exists());
+    assert_eq!(
+        log.lines()
+            .iter()
+            .filter(|l| l.contains("index was not updated"))
+            .collect::<Vec<_>>(),
+        ["git: the commit was made but the worktree's index was not updated (it changed during the commit (something staged into it or refreshed it), and is left as it is); git status may show the committed changes as staged"]
+    );
+}
+
+#[test]
+fn an_index_unchanged_during_the_commit_is_replaced_by_the_private_one() {
+    let (f, log) = Fixture::logged();
+    f.put("note.txt", "note\n");
+    f.commit(json!({"op": "commit", "message": "m"}));
+    assert_eq!(f.status(), "", "the index follows the commit");
+    assert!(
+        log.lines()
+            .iter()
+            .all(|l| !l.contains("index was not updated")),
+        "{:?}",
+        log.lines()
+    );
+}
