@@ -65,6 +65,7 @@ const REASONS: &[&str] = &[
     "capacity",
     "refusal-rate",
     "busy",
+    "store",
     "store-full",
     "key-conflict",
     "deadline",
@@ -176,9 +177,12 @@ impl Serialize for Outcome {
 }
 
 /// The classification of a call that produced no committed result; `None` for refusals of
-/// the request itself (bad params, not authorized, pin mismatch), where nothing ran and the
-/// error text says what to fix. A reused task id is classified as a conflict here; see
-/// [`reuse`] to tell a conflict from a call still in flight.
+/// the request itself (bad params, not authorized, pin mismatch, a revoked credential), where
+/// nothing ran and the error text says what to fix. A reused task id is classified as a
+/// conflict here; see [`reuse`] to tell a conflict from a call still in flight.
+///
+/// The one table of failures: A2A's `data`, and MCP's (a host failure's under 2026-07-28, a
+/// keyed call's named errors), are read from it.
 pub fn of_failure(f: &InvokeFailure) -> Option<Outcome> {
     Some(match f {
         InvokeFailure::Capacity => Outcome::capacity(),
@@ -188,37 +192,142 @@ pub fn of_failure(f: &InvokeFailure) -> Option<Outcome> {
         InvokeFailure::Canceled => Outcome::indeterminate("canceled"),
         // Refused like a request without a valid credential: the text says what to do.
         InvokeFailure::Revoked => return None,
-        InvokeFailure::Call(e) => match e {
-            CallError::InvalidTaskId
-            | CallError::InvalidArguments(_)
-            | CallError::NotAuthorized
-            | CallError::PinMismatch => return None,
-            CallError::TaskIdReused => Outcome::key_conflict(),
-            CallError::RefusalRate => Outcome::refusal_rate(),
-            CallError::StoreFull(_) => Outcome::store_full(),
-            CallError::NotCommitted | CallError::KeyPending | CallError::EffectUnrecordable => {
-                Outcome::indeterminate("pending")
-            }
-            // Its intent withdrawn before the handler started, for the store's sync, not a
-            // deadline.
-            CallError::IntentNotDurable => Outcome::store_not_durable(),
-            CallError::EffectsUnrecorded { .. } => Outcome::indeterminate("unrecorded"),
-            // Committed, only the store's sync failing: the host's fault, and a resend of the
-            // same key replays the call once a sync succeeds.
-            CallError::NotConfirmed => Outcome::indeterminate("host"),
-            CallError::HandlerTimedOut => Outcome::indeterminate("timeout"),
-            CallError::NoTimeToStart
-            | CallError::NotStarted
-            | CallError::Withdrawn
-            | CallError::PreflightTimedOut => Outcome::too_late(),
-            CallError::NoHandler | CallError::NoWorktree(_) | CallError::NoWorld => {
-                Outcome::unavailable()
-            }
-            CallError::Store(_) | CallError::Registry(_) | CallError::Internal(_) => {
-                Outcome::indeterminate("host")
-            }
-        },
+        InvokeFailure::Call(e) => return of_call_error(e),
     })
+}
+
+/// [`of_failure`] of the coordinator's error.
+pub fn of_call_error(e: &CallError) -> Option<Outcome> {
+    Some(match e {
+        CallError::InvalidTaskId
+        | CallError::InvalidArguments(_)
+        | CallError::NotAuthorized
+        | CallError::PinMismatch => return None,
+        CallError::TaskIdReused => Outcome::key_conflict(),
+        CallError::StoreFull(_) => Outcome::store_full(),
+        CallError::NotCommitted | CallError::KeyPending | CallError::EffectUnrecordable => {
+            Outcome::indeterminate("pending")
+        }
+        // Its intent withdrawn before the handler started, for the store's sync, not a
+        // deadline.
+        CallError::IntentNotDurable => Outcome::store_not_durable(),
+        CallError::EffectsUnrecorded { .. } => Outcome::indeterminate("unrecorded"),
+        // Committed, only the store's sync failing: the host's fault, and a resend of the
+        // same key replays the call once a sync succeeds.
+        CallError::NotConfirmed => Outcome::indeterminate("host"),
+        // Never met here: `state::answer` turns both into failures of their own first. Read
+        // from those rows, so that the table holds one row for each.
+        CallError::HandlerTimedOut => return of_failure(&InvokeFailure::TimedOut),
+        CallError::RefusalRate => return of_failure(&InvokeFailure::RefusalRate),
+        CallError::NoTimeToStart
+        | CallError::NotStarted
+        | CallError::Withdrawn
+        | CallError::PreflightTimedOut => Outcome::too_late(),
+        CallError::NoHandler | CallError::NoWorktree(_) | CallError::NoWorld => {
+            Outcome::unavailable()
+        }
+        CallError::Store(_) | CallError::Registry(_) | CallError::Internal(_) => {
+            Outcome::indeterminate("host")
+        }
+    })
+}
+
+/// One of every failure a call can meet, every [`CallError`] among them, for the tests of the
+/// surfaces that answer them. `arm` stops compiling when a variant is added, and the count
+/// then fails until the list holds one of it too.
+#[cfg(test)]
+pub(crate) fn every_failure() -> Vec<InvokeFailure> {
+    use broker_core::capacity::Full;
+    use broker_core::store::StoreError;
+    let arm = |e: &CallError| match e {
+        CallError::InvalidTaskId => 0,
+        CallError::InvalidArguments(_) => 1,
+        CallError::NotAuthorized => 2,
+        CallError::PinMismatch => 3,
+        CallError::TaskIdReused => 4,
+        CallError::NotCommitted => 5,
+        CallError::KeyPending => 6,
+        CallError::IntentNotDurable => 7,
+        CallError::NoHandler => 8,
+        CallError::NoWorktree(_) => 9,
+        CallError::NoWorld => 10,
+        CallError::RefusalRate => 11,
+        CallError::StoreFull(_) => 12,
+        CallError::EffectsUnrecorded { .. } => 13,
+        CallError::EffectUnrecordable => 14,
+        CallError::NotConfirmed => 15,
+        CallError::HandlerTimedOut => 16,
+        CallError::NotStarted => 17,
+        CallError::Withdrawn => 18,
+        CallError::NoTimeToStart => 19,
+        CallError::PreflightTimedOut => 20,
+        CallError::Store(_) => 21,
+        CallError::Registry(_) => 22,
+        CallError::Internal(_) => 23,
+    };
+    let errors = vec![
+        CallError::InvalidTaskId,
+        CallError::InvalidArguments("x".into()),
+        CallError::NotAuthorized,
+        CallError::PinMismatch,
+        CallError::TaskIdReused,
+        CallError::NotCommitted,
+        CallError::KeyPending,
+        CallError::IntentNotDurable,
+        CallError::NoHandler,
+        CallError::NoWorktree("w".into()),
+        CallError::NoWorld,
+        CallError::RefusalRate,
+        CallError::StoreFull(Full::Disk {
+            free: 1,
+            reserve: 2,
+        }),
+        CallError::EffectsUnrecorded {
+            records: vec![Ref::of(b"r")],
+        },
+        CallError::EffectUnrecordable,
+        CallError::NotConfirmed,
+        CallError::HandlerTimedOut,
+        CallError::NotStarted,
+        CallError::Withdrawn,
+        CallError::NoTimeToStart,
+        CallError::PreflightTimedOut,
+        CallError::Store(StoreError::MapResized),
+        // A write that found no room: A2A words it as the store-full refusal.
+        CallError::Store(StoreError::DiskFull("d".into())),
+        CallError::Registry("r".into()),
+        CallError::Internal("i".into()),
+    ];
+    let mut arms: Vec<usize> = errors.iter().map(arm).collect();
+    arms.dedup();
+    assert_eq!(arms, (0..24).collect::<Vec<_>>(), "one of each CallError");
+    let others = [
+        InvokeFailure::Capacity,
+        InvokeFailure::RefusalRate,
+        InvokeFailure::Busy,
+        InvokeFailure::TimedOut,
+        InvokeFailure::Canceled,
+        InvokeFailure::Revoked,
+    ];
+    let arm = |f: &InvokeFailure| match f {
+        InvokeFailure::Call(_) => 0,
+        InvokeFailure::Capacity => 1,
+        InvokeFailure::RefusalRate => 2,
+        InvokeFailure::Busy => 3,
+        InvokeFailure::TimedOut => 4,
+        InvokeFailure::Canceled => 5,
+        InvokeFailure::Revoked => 6,
+    };
+    assert_eq!(
+        others.iter().map(arm).collect::<Vec<_>>(),
+        (1..7).collect::<Vec<_>>(),
+        "one of each InvokeFailure"
+    );
+    errors
+        .into_iter()
+        .map(InvokeFailure::Call)
+        .chain(others)
+        .collect()
 }
 
 /// A reused task id (or idempotency key): a conflict when the task table holds another

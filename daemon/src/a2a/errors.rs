@@ -297,4 +297,20 @@ mod tests {
             "unrecorded"
         );
     }
+
+    /// A2A's half of the one table of failures (MCP's is `every_failure_is_classified_over_mcp_as_over_a2a`):
+    /// what `outcome::of_failure` classifies nothing of is a refused request, `-32602`, or
+    /// the revoked credential's `-32001`, as MCP answers the same failures.
+    #[test]
+    fn what_the_table_leaves_unclassified_is_a_refused_request() {
+        for failure in crate::outcome::every_failure() {
+            if crate::outcome::of_failure(&failure).is_some() {
+                continue;
+            }
+            let revoked = matches!(failure, InvokeFailure::Revoked);
+            let text = format!("{failure:?}");
+            let (code, _) = error_text(failure);
+            assert_eq!(code, if revoked { -32001 } else { -32602 }, "{text}");
+        }
+    }
 }

@@ -51,61 +51,60 @@ impl Ctx<'_> {
     }
 }
 
-/// A failure of the host; the caller sees only [`HostFailure::message`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A failure of the host: the fixed message the wire carries ([`HostFailure::message`]) and
+/// its classification ([`HostFailure::outcome`], sent in `data` under 2026-07-28).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum HostFailure {
+    /// A fault of the host outside a call's run (the tool surface unreadable, a committed
+    /// output that cannot be sent): `host callback failed`, `indeterminate` / `host`.
     Failed,
-    /// No loaded plugin handles the tool's effect (rule R8), or there is no world: the
-    /// fixed "failed" message, classified `refused` / `unavailable`, since nothing ran.
-    Unavailable,
+    /// The POST's deadline passed before its call was answered: `host callback timed out`,
+    /// `indeterminate` / `timeout`.
     TimedOut,
-    /// Too little of the call's deadline was left to start its handler: the timed-out
-    /// envelope, classified `refused` / `deadline`, since nothing ran.
-    TooLate,
+    /// A call that did not commit: the envelope its failure is answered with, and the
+    /// classification [`crate::outcome::of_failure`] gives it, the one table A2A answers from
+    /// too, so that both surfaces tell an agent the same of the same failure.
+    Call {
+        envelope: Envelope,
+        outcome: Outcome,
+    },
+}
+
+/// The fixed message of a host failure: all the seed puts on the wire, never its cause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Envelope {
+    Failed,
+    TimedOut,
     Canceled,
     Capacity,
-    /// The credential's refusals and denials outran their rate: the capacity envelope,
-    /// classified `refusal-rate` (not retryable: the same call is refused again).
-    RefusalRate,
-    /// The episode's queue was full or stayed busy past the deadline: the capacity envelope,
-    /// classified `busy`.
-    Busy,
-    /// The store is past its reserve: the capacity message, classified `store-full`.
-    StoreFull,
-    /// The call's intent was committed but the store could not make it durable, so it was
-    /// withdrawn before its handler started: the seed's failed envelope, classified
-    /// `refused` / `store` (nothing ran, nothing stays spent), never `indeterminate`.
-    NotDurable,
+}
+
+impl Envelope {
+    fn message(self) -> &'static str {
+        match self {
+            Envelope::Failed => "host callback failed",
+            Envelope::TimedOut => "host callback timed out",
+            Envelope::Canceled => "host callback canceled",
+            Envelope::Capacity => "host callback capacity exceeded",
+        }
+    }
 }
 
 impl HostFailure {
-    pub(super) fn message(self) -> &'static str {
+    pub(super) fn message(&self) -> &'static str {
         match self {
-            HostFailure::Failed | HostFailure::Unavailable | HostFailure::NotDurable => {
-                "host callback failed"
-            }
-            HostFailure::TimedOut | HostFailure::TooLate => "host callback timed out",
-            HostFailure::Canceled => "host callback canceled",
-            HostFailure::Capacity
-            | HostFailure::RefusalRate
-            | HostFailure::Busy
-            | HostFailure::StoreFull => "host callback capacity exceeded",
+            HostFailure::Failed => Envelope::Failed.message(),
+            HostFailure::TimedOut => Envelope::TimedOut.message(),
+            HostFailure::Call { envelope, .. } => envelope.message(),
         }
     }
 
-    /// The classification of the failure: nothing ran only when admission refused it.
-    pub(super) fn outcome(self) -> Outcome {
+    /// The classification of the failure.
+    pub(super) fn outcome(&self) -> Outcome {
         match self {
             HostFailure::Failed => Outcome::indeterminate("host"),
-            HostFailure::Unavailable => Outcome::unavailable(),
             HostFailure::TimedOut => Outcome::indeterminate("timeout"),
-            HostFailure::TooLate => Outcome::too_late(),
-            HostFailure::Canceled => Outcome::indeterminate("canceled"),
-            HostFailure::Capacity => Outcome::capacity(),
-            HostFailure::RefusalRate => Outcome::refusal_rate(),
-            HostFailure::Busy => Outcome::busy(),
-            HostFailure::StoreFull => Outcome::store_full(),
-            HostFailure::NotDurable => Outcome::store_not_durable(),
+            HostFailure::Call { outcome, .. } => outcome.clone(),
         }
     }
 }

@@ -11,7 +11,7 @@ use super::super::jsonrpc::{quote, Reply, INTERNAL_ERROR, INVALID_PARAMS, SESSIO
 use super::super::IDEMPOTENCY_KEY;
 use super::call_result::call_result;
 use super::tools_list::surface;
-use super::{Ctx, HostFailure};
+use super::{Ctx, Envelope, HostFailure};
 use crate::outcome::{self, Outcome};
 use crate::state::{InvokeFailure, REVOKED_WHILE_WAITING};
 use crate::tools;
@@ -121,19 +121,6 @@ pub(super) async fn tools_call(
                 key.as_deref(),
             )
         }
-        Err(InvokeFailure::Revoked) => {
-            // Nothing ran or was journaled: an authentication error, not a host failure.
-            tracing::info!(%episode, %tool, rpc_id = %id, "mcp tools/call: {REVOKED_WHILE_WAITING}");
-            Ok(Reply::error(id, SESSION_REVOKED, REVOKED_WHILE_WAITING))
-        }
-        Err(InvokeFailure::Call(
-            e @ (CallError::InvalidArguments(_) | CallError::InvalidTaskId),
-        )) => {
-            // Refused in admission, before anything was journaled: a protocol error that
-            // promises nothing ran, never the host-failure envelope.
-            tracing::info!(%episode, %tool, rpc_id = %id, "mcp tools/call: {e}");
-            Ok(Reply::error(id, INVALID_PARAMS, e.to_string()))
-        }
         Err(failure) => {
             if let (Some(k), Some(a), InvokeFailure::Call(e)) =
                 (key.as_deref(), keyed_args.as_ref(), &failure)
@@ -143,14 +130,16 @@ pub(super) async fn tools_call(
                 }
             }
             let root = ctx.state.coordinator().workspace_root();
-            Err(host_failure(
-                ctx.state.metrics(),
-                episode,
-                tool,
-                id,
-                root,
-                failure,
-            ))
+            match answer(episode, root, &failure) {
+                Answer::Refused(code, text) => {
+                    tracing::info!(%episode, %tool, rpc_id = %id, "mcp tools/call: {text}");
+                    Ok(Reply::error(id, code, text))
+                }
+                Answer::Host(host, line, cause) => {
+                    log_host_failure(ctx.state.metrics(), episode, tool, id, &host, line, &cause);
+                    Err(host)
+                }
+            }
         }
     }
 }
@@ -198,34 +187,67 @@ async fn tool_named(
     )))
 }
 
-/// The envelope that answers a call the host failed. The wire carries only its fixed message;
-/// the operator's log gets the cause, including the effect record refs of an
-/// EffectsUnrecorded failure.
-fn host_failure(
-    metrics: &crate::metrics::Metrics,
-    episode: &str,
-    tool: &str,
-    id: &Value,
-    root: Option<&std::path::Path>,
-    failure: InvokeFailure,
-) -> HostFailure {
-    let (host, cause) = classified(episode, root, failure);
-    log_host_failure(metrics, episode, tool, id, host, &cause);
-    host
+/// How a call that did not commit is answered, its key's named errors aside.
+#[derive(Debug)]
+enum Answer {
+    /// Nothing ran or was journaled, and the table of failures classifies nothing: a protocol
+    /// error (code, text), never the host-failure envelope, which says the effect may have run.
+    Refused(i64, String),
+    /// The host-failure envelope, how the operator's log takes it, and its cause for that log
+    /// (including the effect record refs of an EffectsUnrecorded failure: never on the wire).
+    Host(HostFailure, Line, String),
 }
 
-/// What a failed call is answered ([`HostFailure`]: its fixed message and its
-/// classification), and its cause for the operator's log.
+/// [`Answer`] of a failed call. Its classification is [`outcome::of_failure`]'s, the table A2A
+/// answers from too.
+fn answer(episode: &str, root: Option<&std::path::Path>, failure: &InvokeFailure) -> Answer {
+    match (failure, outcome::of_failure(failure)) {
+        // The credential was revoked while the call waited: an authentication error.
+        (InvokeFailure::Revoked, _) => {
+            Answer::Refused(SESSION_REVOKED, REVOKED_WHILE_WAITING.to_owned())
+        }
+        // Refused before anything was journaled (arguments or a task id the host cannot
+        // accept, a tool no longer this session's by the time it was prepared, as when a
+        // publish replaced it, a pin that does not match): `-32602` with the coordinator's
+        // text, as A2A answers it.
+        (InvokeFailure::Call(e), None) => Answer::Refused(INVALID_PARAMS, e.to_string()),
+        (failure, outcome) => {
+            let (envelope, line, cause) = classified(episode, root, failure);
+            // The table classifies every other failure; were one left out, it is the host's,
+            // and may have run.
+            let outcome = outcome.unwrap_or_else(|| Outcome::indeterminate("host"));
+            Answer::Host(HostFailure::Call { envelope, outcome }, line, cause)
+        }
+    }
+}
+
+/// How the operator's log takes a failed call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Line {
+    /// Load, not a fault: counted in /v1/metrics, never logged above debug.
+    Load,
+    /// A tool no loaded plugin can run: the deployment's choice, logged at most once per
+    /// episode every 10 s.
+    Unavailable,
+    /// A slow call.
+    Slow,
+    /// A fault the operator must see.
+    Fault,
+}
+
+/// The envelope a failed call is answered with (its fixed message), how it is logged, and its
+/// cause for the operator's log. Its classification is not here: [`outcome::of_failure`].
 fn classified(
     episode: &str,
     root: Option<&std::path::Path>,
-    failure: InvokeFailure,
-) -> (HostFailure, String) {
+    failure: &InvokeFailure,
+) -> (Envelope, Line, String) {
     match failure {
         // The agent's text names no host path; the operator's line names the directory this
         // daemon looked for, which may not be where `session new` made one (another root).
         InvokeFailure::Call(e @ CallError::NoWorktree(_)) => (
-            HostFailure::Unavailable,
+            Envelope::Failed,
+            Line::Unavailable,
             match root {
                 Some(root) => format!(
                     "{e} (this daemon looked for {})",
@@ -235,47 +257,56 @@ fn classified(
             },
         ),
         // Nothing ran: the store is past its reserve (the operator's log says why).
-        InvokeFailure::Call(e @ CallError::StoreFull(_)) => (HostFailure::StoreFull, e.to_string()),
+        InvokeFailure::Call(e @ CallError::StoreFull(_)) => {
+            (Envelope::Capacity, Line::Load, e.to_string())
+        }
         // Nothing ran either: no plugin here runs the tool, or there is no world.
-        InvokeFailure::Call(
-            e @ (CallError::NoHandler | CallError::NoWorld),
-        ) => {
-            (HostFailure::Unavailable, e.to_string())
+        InvokeFailure::Call(e @ (CallError::NoHandler | CallError::NoWorld)) => {
+            (Envelope::Failed, Line::Unavailable, e.to_string())
         }
         // Nothing ran: too little of the deadline was left to start the handler.
-        InvokeFailure::Call(e @ (CallError::NoTimeToStart | CallError::NotStarted | CallError::Withdrawn | CallError::PreflightTimedOut)) => {
-            (HostFailure::TooLate, e.to_string())
-        }
-        // Nothing ran and nothing stays spent: the intent's sync failed and it was withdrawn
-        // before its handler started; not a failure that may have run.
-        InvokeFailure::Call(e @ CallError::IntentNotDurable) => {
-            (HostFailure::NotDurable, e.to_string())
-        }
-        InvokeFailure::Call(e) => (HostFailure::Failed, e.to_string()),
+        InvokeFailure::Call(
+            e @ (CallError::NoTimeToStart
+            | CallError::NotStarted
+            | CallError::Withdrawn
+            | CallError::PreflightTimedOut),
+        ) => (Envelope::TimedOut, Line::Slow, e.to_string()),
+        // Any other coordinator error is a fault the operator must see: a store failing its
+        // syncs among them, though nothing ran (`IntentNotDurable`).
+        InvokeFailure::Call(e) => (Envelope::Failed, Line::Fault, e.to_string()),
         InvokeFailure::Capacity => (
-            HostFailure::Capacity,
+            Envelope::Capacity,
+            Line::Load,
             "all execution slots stayed busy".to_owned(),
         ),
         InvokeFailure::RefusalRate => (
-            HostFailure::RefusalRate,
+            Envelope::Capacity,
+            Line::Load,
             "the credential's plan refusals and denials outran their rate; nothing was committed"
                 .to_owned(),
         ),
         InvokeFailure::Busy => (
-            HostFailure::Busy,
+            Envelope::Capacity,
+            Line::Load,
             "an earlier call of this episode is still running (queue full, or it outlasted this call's deadline); nothing ran".to_owned(),
         ),
         InvokeFailure::TimedOut => (
-            HostFailure::TimedOut,
+            Envelope::TimedOut,
+            Line::Slow,
             "the handler overran its deadline (its outcome is journaled when it returns; the call is not committed), or the POST deadline passed (the call may still commit)"
                 .to_owned(),
         ),
         InvokeFailure::Canceled => (
-            HostFailure::Canceled,
+            Envelope::Canceled,
+            Line::Fault,
             "the invocation task was canceled or panicked".to_owned(),
         ),
-        // Answered before this (`tools_call`); never a host failure in fact.
-        InvokeFailure::Revoked => (HostFailure::Failed, REVOKED_WHILE_WAITING.to_owned()),
+        // Answered before this ([`answer`]); never a host failure in fact.
+        InvokeFailure::Revoked => (
+            Envelope::Failed,
+            Line::Fault,
+            REVOKED_WHILE_WAITING.to_owned(),
+        ),
     }
 }
 
@@ -285,38 +316,35 @@ fn log_host_failure(
     episode: &str,
     tool: &str,
     id: &Value,
-    host: HostFailure,
+    host: &HostFailure,
+    line: Line,
     cause: &str,
 ) {
-    match host {
-        // Load and slow calls are operational, not faults.
+    let message = host.message();
+    match line {
         // Capacity refusals are counted in /v1/metrics; a log line each would flood
         // stderr exactly when the daemon is busiest.
-        HostFailure::Capacity
-        | HostFailure::RefusalRate
-        | HostFailure::Busy
-        | HostFailure::StoreFull => {
-            tracing::debug!(%episode, %tool, rpc_id = %id, "mcp tools/call: {}: {cause}", host.message())
+        Line::Load => {
+            tracing::debug!(%episode, %tool, rpc_id = %id, "mcp tools/call: {message}: {cause}")
         }
         // A tool no loaded plugin can run is the deployment's choice, not a fault, and the
         // call stored nothing: an agent can send thousands a second. The line says what the
         // operator can do (which worktree was looked for), at most once per episode every
         // 10 s with how many went unlogged since; the metrics count each (`no_handler`).
-        HostFailure::Unavailable => match metrics.free_line_due(episode, "mcp_unavailable") {
+        Line::Unavailable => match metrics.free_line_due(episode, "mcp_unavailable") {
             Some(0) => {
-                tracing::warn!(%episode, %tool, rpc_id = %id, "mcp tools/call: {}: {cause}", host.message())
+                tracing::warn!(%episode, %tool, rpc_id = %id, "mcp tools/call: {message}: {cause}")
             }
             Some(unlogged) => {
-                tracing::warn!(%episode, %tool, rpc_id = %id, unlogged, "mcp tools/call: {}: {cause}", host.message())
+                tracing::warn!(%episode, %tool, rpc_id = %id, unlogged, "mcp tools/call: {message}: {cause}")
             }
             None => {}
         },
-        HostFailure::TimedOut | HostFailure::TooLate => {
-            tracing::warn!(%episode, %tool, rpc_id = %id, "mcp tools/call: {}: {cause}", host.message())
+        Line::Slow => {
+            tracing::warn!(%episode, %tool, rpc_id = %id, "mcp tools/call: {message}: {cause}")
         }
-        // A store failing its syncs is a fault the operator must see, though nothing ran.
-        HostFailure::Failed | HostFailure::Canceled | HostFailure::NotDurable => {
-            tracing::error!(%episode, %tool, rpc_id = %id, "mcp tools/call: {}: {cause}", host.message())
+        Line::Fault => {
+            tracing::error!(%episode, %tool, rpc_id = %id, "mcp tools/call: {message}: {cause}")
         }
     }
 }
@@ -328,34 +356,27 @@ fn reconcile(key: &str) -> String {
 
 /// The code, message, classification and effect records of a keyed error the coordinator's
 /// error alone decides (every one but a reused key); `None` for an error that is no key's.
+/// The classification is the one table's ([`outcome::of_call_error`]).
 fn keyed_answer(key: &str, error: &CallError) -> Option<(i64, String, Outcome, Option<Value>)> {
     let reconcile = reconcile(key);
     let q = quote(key);
-    Some(match error {
+    let (message, records) = match error {
         CallError::NotCommitted | CallError::KeyPending => (
-            INTERNAL_ERROR,
             format!("idempotency key {q}: the first call with this key was not confirmed committed and its effect may have run; {reconcile}"),
-            Outcome::indeterminate("pending"),
             None,
         ),
         CallError::EffectUnrecordable => (
-            INTERNAL_ERROR,
             format!("idempotency key {q}: an effect ran, but neither the call nor its outcome could be stored, so the effect may have run; {reconcile}"),
-            Outcome::indeterminate("pending"),
             None,
         ),
         CallError::EffectsUnrecorded { records } => (
-            INTERNAL_ERROR,
             format!("idempotency key {q}: an effect ran but the call was not committed; {reconcile}"),
-            Outcome::indeterminate("unrecorded"),
             Some(json!(records)),
         ),
         // The call's own answer: its intent's sync failed and it was withdrawn before its
         // handler started. Nothing ran, nothing stays spent, and the key is used for good.
         CallError::IntentNotDurable => (
-            INTERNAL_ERROR,
             format!("idempotency key {q}: the call was not committed: the store could not make its intent durable, so its handler was never started: nothing ran and nothing was spent; send it again under another key"),
-            Outcome::store_not_durable(),
             None,
         ),
         // A resend of a call withdrawn before its handler started: nothing ran, and the key is
@@ -363,13 +384,13 @@ fn keyed_answer(key: &str, error: &CallError) -> Option<(i64, String, Outcome, O
         // so the words fit both; classified as a deadline's withdrawal, both being refused and
         // retryable, so that an agent does not take it for a call that may still commit.
         CallError::Withdrawn => (
-            INTERNAL_ERROR,
             format!("idempotency key {q}: the first call with this key was withdrawn before its handler started (at its deadline, or because the store could not make its intent durable): nothing ran and nothing was spent; send it again under another key"),
-            Outcome::too_late(),
             None,
         ),
         _ => return None,
-    })
+    };
+    let outcome = outcome::of_call_error(error)?;
+    Some((INTERNAL_ERROR, message, outcome, records))
 }
 
 /// The named errors of a keyed call, for the coordinator outcomes only a key can have;
@@ -518,30 +539,128 @@ mod tests {
         assert!(call_params(Some(json!(["t"]))).is_err());
     }
 
+    /// The host-failure envelope of a call without a key.
+    fn enveloped(failure: InvokeFailure) -> (HostFailure, Line, String) {
+        match answer("ep", None, &failure) {
+            Answer::Host(host, line, cause) => (host, line, cause),
+            other => panic!("{failure:?} was answered {other:?}"),
+        }
+    }
+
     /// An intent whose sync failed was withdrawn before its handler started, nothing spent;
     /// over MCP it reached the catch-all and was classified `indeterminate` / `host`, which
     /// tells an agent the effect may have run. It keeps the seed's fixed message, classified
     /// `refused` / `store`, retryable; every other store failure stays `indeterminate`.
     #[test]
     fn an_intent_the_store_could_not_make_durable_is_refused_for_the_store() {
-        let (host, cause) =
-            classified("ep", None, InvokeFailure::Call(CallError::IntentNotDurable));
-        assert_eq!(host, HostFailure::NotDurable);
+        let (host, line, cause) = enveloped(InvokeFailure::Call(CallError::IntentNotDurable));
+        assert_eq!(line, Line::Fault);
         assert_eq!(cause, "invocation was not committed; send a new task id");
         assert_eq!(host.message(), "host callback failed");
         assert_eq!(
             host.outcome().to_json(),
             json!({"kind": "refused", "reason": "store", "retryable": true})
         );
-        let (host, _) = classified(
-            "ep",
-            None,
-            InvokeFailure::Call(CallError::Internal("boom".into())),
-        );
-        assert_eq!(host, HostFailure::Failed);
+        let (host, _, _) = enveloped(InvokeFailure::Call(CallError::Internal("boom".into())));
+        assert_eq!(host.message(), "host callback failed");
         assert_eq!(
             host.outcome().to_json(),
             json!({"kind": "indeterminate", "reason": "host", "retryable": false})
+        );
+    }
+
+    /// MCP read its classification of a failed call from a table of its own, which said
+    /// `indeterminate` / `host` of an effect that ran and was not committed (A2A: `unrecorded`)
+    /// and of a call not committed or whose outcome could not be stored (A2A: `pending`), and
+    /// "may have run" of a tool that was no longer the session's when it was prepared, though
+    /// nothing ran (A2A: `-32602`, unclassified). Every failure is classified as A2A does now,
+    /// from `outcome::of_failure`, under the seed's fixed messages: those of a refused request
+    /// are `-32602`, as A2A's are.
+    #[test]
+    fn every_failure_is_classified_over_mcp_as_over_a2a() {
+        for failure in outcome::every_failure() {
+            let a2a = outcome::of_failure(&failure);
+            match (answer("ep", None, &failure), a2a) {
+                (Answer::Host(host, _, _), Some(a2a)) => {
+                    assert_eq!(host.outcome(), a2a, "{failure:?}");
+                }
+                (Answer::Refused(code, text), None) => {
+                    let (want_code, want_text) = match &failure {
+                        InvokeFailure::Revoked => (SESSION_REVOKED, REVOKED_WHILE_WAITING.into()),
+                        InvokeFailure::Call(e) => (INVALID_PARAMS, e.to_string()),
+                        other => panic!("{other:?} is unclassified"),
+                    };
+                    assert_eq!((code, text), (want_code, want_text), "{failure:?}");
+                }
+                (mcp, a2a) => panic!("{failure:?}: MCP {mcp:?}, A2A {a2a:?}"),
+            }
+        }
+        let data = |e: CallError| enveloped(InvokeFailure::Call(e)).0.outcome().to_json();
+        let unrecorded = CallError::EffectsUnrecorded {
+            records: vec![broker_core::object::Ref::of(b"r")],
+        };
+        assert_eq!(
+            data(unrecorded),
+            json!({"kind": "indeterminate", "reason": "unrecorded", "retryable": false})
+        );
+        for e in [CallError::NotCommitted, CallError::EffectUnrecordable] {
+            assert_eq!(
+                data(e),
+                json!({"kind": "indeterminate", "reason": "pending", "retryable": false})
+            );
+        }
+        match answer("ep", None, &InvokeFailure::Call(CallError::NotAuthorized)) {
+            Answer::Refused(code, text) => {
+                assert_eq!((code, text.as_str()), (-32602, "not authorized"))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// The wire keeps the seed's fixed messages whatever the classification says.
+    #[test]
+    fn the_envelopes_keep_the_seed_messages() {
+        let message = |f: InvokeFailure| enveloped(f).0.message();
+        assert_eq!(
+            message(InvokeFailure::Call(CallError::NotCommitted)),
+            "host callback failed"
+        );
+        assert_eq!(
+            message(InvokeFailure::Call(CallError::EffectsUnrecorded {
+                records: vec![]
+            })),
+            "host callback failed"
+        );
+        assert_eq!(
+            message(InvokeFailure::Call(CallError::EffectUnrecordable)),
+            "host callback failed"
+        );
+        assert_eq!(
+            message(InvokeFailure::Call(CallError::NoHandler)),
+            "host callback failed"
+        );
+        assert_eq!(
+            message(InvokeFailure::Call(CallError::NoTimeToStart)),
+            "host callback timed out"
+        );
+        assert_eq!(message(InvokeFailure::TimedOut), "host callback timed out");
+        assert_eq!(message(InvokeFailure::Canceled), "host callback canceled");
+        assert_eq!(
+            message(InvokeFailure::Busy),
+            "host callback capacity exceeded"
+        );
+        assert_eq!(
+            message(InvokeFailure::RefusalRate),
+            "host callback capacity exceeded"
+        );
+        assert_eq!(
+            message(InvokeFailure::Call(CallError::StoreFull(
+                broker_core::capacity::Full::Disk {
+                    free: 1,
+                    reserve: 2
+                }
+            ))),
+            "host callback capacity exceeded"
         );
     }
 
