@@ -2997,6 +2997,34 @@ async fn modern_host_failures_are_500_with_their_classification() {
         (&json!("refused"), &json!("unavailable")),
         "{v}"
     );
+    // An effect that ran and was not committed (EffectsUnrecorded), without a key: the seed's
+    // fixed message, classified as A2A classifies it (it said `host`).
+    let checker = h.token("chk", &["Ailang.Check=worktree:5"]);
+    let r = h
+        .send(modern(
+            &checker,
+            json!(3),
+            "tools/call",
+            json!({"name": "ailang-check", "arguments": {"path": "m.ail"}}),
+        ))
+        .await;
+    assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(
+        r.body,
+        r#"{"jsonrpc":"2.0","id":3,"error":{"code":-32603,"message":"host callback failed","data":{"kind":"indeterminate","reason":"unrecorded","retryable":false}}}"#
+    );
+    let v = h
+        .a2a(
+            &checker,
+            None,
+            v03_send("m-chk", "ailang-check", json!({"path": "m.ail"})),
+        )
+        .await;
+    assert_eq!(
+        (&v["error"]["data"]["kind"], &v["error"]["data"]["reason"]),
+        (&json!("indeterminate"), &json!("unrecorded")),
+        "{v}"
+    );
 }
 
 // -------------------------------------------------------------------------------------------
