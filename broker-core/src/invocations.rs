@@ -164,11 +164,13 @@ fn located<'t>(r: &ReadCtx<'t>, id: &str) -> Result<Option<(Place, &'t [u8])>, S
 }
 
 /// [`located`], for a row that must exist (the raw rewrites).
+#[cfg(any(test, feature = "fixtures"))]
 fn existing<'t>(r: &ReadCtx<'t>, id: &str) -> Result<(Place, &'t [u8]), StoreError> {
     located(r, id)?.ok_or_else(|| StoreError::Corrupt(format!("no invocation row {id}")))
 }
 
 /// The parts of `id`'s row as [`located`] found it.
+#[cfg(any(test, feature = "fixtures"))]
 fn parts<'t>(id: &str, found: Option<(Place, &'t [u8])>) -> Result<Option<Row<'t>>, StoreError> {
     decode(found.map(|(_, row)| row), || format!("invocation row {id}"))
 }
@@ -195,6 +197,7 @@ fn put_row(
     }
 }
 
+#[cfg(any(test, feature = "fixtures"))]
 fn resolution<'t>(r: &ReadCtx<'t>, intent: u64) -> Result<Option<Row<'t>>, StoreError> {
     decode(RESOLUTIONS.get(r, &intent)?, || {
         format!("the resolution of intent {intent}")
@@ -524,8 +527,9 @@ pub(crate) fn put_resolution(
     }
 }
 
-/// Replace the part readers see of `id` (maintenance and tamper tests): in its intent's
-/// resolution when that holds the part, else in its row. Nothing is checked.
+/// Replace the part readers see of `id` (tamper tests): in its intent's resolution when
+/// that holds the part, else in its row. Nothing is checked.
+#[cfg(any(test, feature = "fixtures"))]
 pub(crate) fn overwrite_visible(
     w: &mut WriteCtx<'_, '_>,
     id: &str,
@@ -552,6 +556,7 @@ pub(crate) fn overwrite_visible(
 }
 
 /// Replace the bytes of `id`'s row where it is stored (tamper tests). Nothing is checked.
+#[cfg(any(test, feature = "fixtures"))]
 pub(crate) fn overwrite_row(
     w: &mut WriteCtx<'_, '_>,
     id: &str,

@@ -87,6 +87,12 @@
 //!   always equals the sum of intents; an intent without an outcome is indeterminate and never
 //!   re-run ([`journal`]).
 //! - Bad input anywhere in the public API is a typed error, never a panic.
+//!
+//! # Features
+//!
+//! - `fixtures`: raw reads and overwrites of any table's rows past every hash check
+//!   (`store::RawTable`, `Store::raw_rows`), so tamper tests can damage a store on purpose.
+//!   Only test builds turn it on (this crate's and the daemon's `[dev-dependencies]`).
 
 // No unwrap or expect outside tests: a panic here is a bug, never an answer.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]

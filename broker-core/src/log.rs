@@ -481,7 +481,8 @@ pub fn world_bytes(r: &ReadCtx<'_>, world_ref: &Ref) -> Result<Option<Vec<u8>>, 
 }
 
 /// Replace the stored bytes of entry `index` or of the world it selects, keeping the rest of
-/// its row (maintenance and tamper tests; nothing is checked).
+/// its row (tamper tests; nothing is checked).
+#[cfg(any(test, feature = "fixtures"))]
 pub(crate) fn overwrite_row(
     w: &mut WriteCtx<'_, '_>,
     index: u64,

@@ -8,18 +8,12 @@
 //! through [`Store::read`] and [`Store::write`] and the world modules built on them (log,
 //! journal, tasks, sessions, registry, access).
 
-use crate::invocations::{self, Part};
 use crate::journal::{self, JournalError, JournalState};
 use crate::log;
 use crate::migrate;
-use crate::object::Ref;
-use crate::objects::object_row;
 use crate::ref_tail;
-use crate::schema::{
-    self, JOURNAL, OBJECTS, REFS, REGISTRY_HEADS, RESOLUTIONS, SEMANTIC_IDS, SESSIONS, SPEND,
-};
+use crate::schema;
 use crate::storage::{Layout, RawEnv, Upgrade};
-use crate::task;
 
 pub use crate::objects::{Objects, Refs};
 pub use crate::ref_tail::MERGE_AT as REF_MERGE_AT;
@@ -118,160 +112,182 @@ impl Store {
     pub fn report_indeterminate_each(&self) {
         journal::report_pending_each(self);
     }
+}
 
-    /// Maintenance access to stored bytes, for `doctor`-style tools and tamper tests: an
-    /// object's envelope (by ref), an entry's JSON (by index, u64 BE), a world's JSON (by
-    /// world ref), a journal record (by seq, u64 BE), the journal or task state of an
-    /// invocation (the rest of its row is kept), or an invocation row or a resolution whole
-    /// (see [`RawTable`]).
-    #[doc(hidden)]
-    pub fn raw_overwrite(
-        &self,
-        table: RawTable,
-        key: Vec<u8>,
-        value: Vec<u8>,
-    ) -> Result<(), StoreError> {
-        self.write(move |w| -> Result<(), StoreError> {
-            match table {
-                RawTable::Objects => {
-                    let r = raw_ref(&key)?;
-                    let (seq, _) = object_row(&w.reader(), &r)?
-                        .ok_or_else(|| StoreError::Corrupt(format!("no object {r}")))?;
-                    let mut row = key.clone();
-                    row.extend_from_slice(&value);
-                    OBJECTS.put(w, &seq, &row)
-                }
-                RawTable::Worlds => {
-                    let world_ref = raw_ref(&key)?;
-                    let index = log::index_of_world(&w.reader(), &world_ref)?
-                        .ok_or_else(|| StoreError::Corrupt(format!("no world {world_ref}")))?;
-                    log::overwrite_row(w, index, None, Some(&value))
-                }
-                RawTable::Log => log::overwrite_row(w, raw_index(&key)?, Some(&value), None),
-                RawTable::LogRow if value.is_empty() => {
-                    schema::LOG.delete(w, &raw_index(&key)?).map(|_| ())
-                }
-                RawTable::LogRow => schema::LOG.put(w, &raw_index(&key)?, &value),
-                RawTable::Journal => JOURNAL.put(w, &raw_index(&key)?, &value),
-                RawTable::JournalIndex => {
-                    invocations::overwrite_visible(w, str_key(&key)?, Part::Journal, &value)
-                }
-                RawTable::Tasks => {
-                    let id = task_invocation(&key)?;
-                    invocations::overwrite_visible(w, &id, Part::Task, &value)
-                }
-                RawTable::Invocations => invocations::overwrite_row(w, str_key(&key)?, &value),
-                RawTable::Resolutions => RESOLUTIONS.put(w, &raw_index(&key)?, &value),
-                RawTable::SemanticIds if value.is_empty() => {
-                    SEMANTIC_IDS.delete(w, &key).map(|_| ())
-                }
-                RawTable::SemanticIds => SEMANTIC_IDS.put(w, &key, &[]),
-                RawTable::Refs if value.is_empty() => REFS.delete(w, &key).map(|_| ()),
-                // As given: a value of another length is damage doctor must report.
-                RawTable::Refs => REFS.raw().put(w, &key, &value),
-                RawTable::Spend => SPEND.raw().put(w, &key, &value),
-                RawTable::Sessions => SESSIONS.raw().put(w, &key, &value),
-                RawTable::RegistryHeads => REGISTRY_HEADS.raw().put(w, &key, &value),
-                RawTable::ReadersTail => schema::READERS_TAIL.put(w, &key, &value),
-            }
-        })
-    }
+#[cfg(any(test, feature = "fixtures"))]
+pub use fixtures::RawTable;
 
-    /// Raw stored bytes (see [`Store::raw_overwrite`]).
-    #[doc(hidden)]
-    pub fn raw_get(&self, table: RawTable, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        self.read(|r| {
-            Ok(match table {
-                RawTable::Objects => object_row(r, &raw_ref(key)?)?.map(|(_, v)| v.to_vec()),
-                RawTable::Worlds => log::world_bytes(r, &raw_ref(key)?)?,
-                RawTable::Log => log::entry_bytes(r, raw_index(key)?)?,
-                RawTable::LogRow => schema::LOG.get(r, &raw_index(key)?)?.map(<[u8]>::to_vec),
-                RawTable::Journal => JOURNAL.get(r, &raw_index(key)?)?.map(<[u8]>::to_vec),
-                RawTable::JournalIndex => invocations::get(r, str_key(key)?)?
-                    .and_then(|row| row.journal)
-                    .map(<[u8]>::to_vec),
-                RawTable::Tasks => invocations::get(r, &task_invocation(key)?)?
-                    .and_then(|row| row.task)
-                    .map(<[u8]>::to_vec),
-                RawTable::Invocations => {
-                    invocations::stored(r, str_key(key)?)?.map(|(row, _)| row.to_vec())
+/// Raw access to any table's rows, past every hash check: a tamper test's way to damage a
+/// store on purpose. Built only for tests (the `fixtures` feature), so no build of the
+/// daemon can write a row its checks never see.
+#[cfg(any(test, feature = "fixtures"))]
+mod fixtures {
+    use super::{log, schema, Store, StoreError};
+    use crate::invocations::{self, Part};
+    use crate::object::Ref;
+    use crate::objects::object_row;
+    use crate::schema::{
+        JOURNAL, OBJECTS, REFS, REGISTRY_HEADS, RESOLUTIONS, SEMANTIC_IDS, SESSIONS, SPEND,
+    };
+    use crate::task;
+
+    impl Store {
+        /// Stored bytes overwritten as given, for tamper tests: an object's envelope (by ref), an entry's JSON (by index, u64 BE), a world's JSON (by
+        /// world ref), a journal record (by seq, u64 BE), the journal or task state of an
+        /// invocation (the rest of its row is kept), or an invocation row or a resolution whole
+        /// (see [`RawTable`]).
+        #[doc(hidden)]
+        pub fn raw_overwrite(
+            &self,
+            table: RawTable,
+            key: Vec<u8>,
+            value: Vec<u8>,
+        ) -> Result<(), StoreError> {
+            self.write(move |w| -> Result<(), StoreError> {
+                match table {
+                    RawTable::Objects => {
+                        let r = raw_ref(&key)?;
+                        let (seq, _) = object_row(&w.reader(), &r)?
+                            .ok_or_else(|| StoreError::Corrupt(format!("no object {r}")))?;
+                        let mut row = key.clone();
+                        row.extend_from_slice(&value);
+                        OBJECTS.put(w, &seq, &row)
+                    }
+                    RawTable::Worlds => {
+                        let world_ref = raw_ref(&key)?;
+                        let index = log::index_of_world(&w.reader(), &world_ref)?
+                            .ok_or_else(|| StoreError::Corrupt(format!("no world {world_ref}")))?;
+                        log::overwrite_row(w, index, None, Some(&value))
+                    }
+                    RawTable::Log => log::overwrite_row(w, raw_index(&key)?, Some(&value), None),
+                    RawTable::LogRow if value.is_empty() => {
+                        schema::LOG.delete(w, &raw_index(&key)?).map(|_| ())
+                    }
+                    RawTable::LogRow => schema::LOG.put(w, &raw_index(&key)?, &value),
+                    RawTable::Journal => JOURNAL.put(w, &raw_index(&key)?, &value),
+                    RawTable::JournalIndex => {
+                        invocations::overwrite_visible(w, str_key(&key)?, Part::Journal, &value)
+                    }
+                    RawTable::Tasks => {
+                        let id = task_invocation(&key)?;
+                        invocations::overwrite_visible(w, &id, Part::Task, &value)
+                    }
+                    RawTable::Invocations => invocations::overwrite_row(w, str_key(&key)?, &value),
+                    RawTable::Resolutions => RESOLUTIONS.put(w, &raw_index(&key)?, &value),
+                    RawTable::SemanticIds if value.is_empty() => {
+                        SEMANTIC_IDS.delete(w, &key).map(|_| ())
+                    }
+                    RawTable::SemanticIds => SEMANTIC_IDS.put(w, &key, &[]),
+                    RawTable::Refs if value.is_empty() => REFS.delete(w, &key).map(|_| ()),
+                    // As given: a value of another length is damage doctor must report.
+                    RawTable::Refs => REFS.raw().put(w, &key, &value),
+                    RawTable::Spend => SPEND.raw().put(w, &key, &value),
+                    RawTable::Sessions => SESSIONS.raw().put(w, &key, &value),
+                    RawTable::RegistryHeads => REGISTRY_HEADS.raw().put(w, &key, &value),
+                    RawTable::ReadersTail => schema::READERS_TAIL.put(w, &key, &value),
                 }
-                RawTable::Resolutions => RESOLUTIONS.get(r, &raw_index(key)?)?.map(<[u8]>::to_vec),
-                RawTable::Refs => REFS.raw().get(r, key)?.map(<[u8]>::to_vec),
-                RawTable::SemanticIds => SEMANTIC_IDS.get(r, key)?.map(<[u8]>::to_vec),
-                RawTable::Spend => SPEND.raw().get(r, key)?.map(<[u8]>::to_vec),
-                RawTable::Sessions => SESSIONS.raw().get(r, key)?.map(<[u8]>::to_vec),
-                RawTable::RegistryHeads => REGISTRY_HEADS.raw().get(r, key)?.map(<[u8]>::to_vec),
-                RawTable::ReadersTail => schema::READERS_TAIL.get(r, key)?.map(<[u8]>::to_vec),
             })
-        })
+        }
+
+        /// Raw stored bytes (see [`Store::raw_overwrite`]).
+        #[doc(hidden)]
+        pub fn raw_get(&self, table: RawTable, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+            self.read(|r| {
+                Ok(match table {
+                    RawTable::Objects => object_row(r, &raw_ref(key)?)?.map(|(_, v)| v.to_vec()),
+                    RawTable::Worlds => log::world_bytes(r, &raw_ref(key)?)?,
+                    RawTable::Log => log::entry_bytes(r, raw_index(key)?)?,
+                    RawTable::LogRow => schema::LOG.get(r, &raw_index(key)?)?.map(<[u8]>::to_vec),
+                    RawTable::Journal => JOURNAL.get(r, &raw_index(key)?)?.map(<[u8]>::to_vec),
+                    RawTable::JournalIndex => invocations::get(r, str_key(key)?)?
+                        .and_then(|row| row.journal)
+                        .map(<[u8]>::to_vec),
+                    RawTable::Tasks => invocations::get(r, &task_invocation(key)?)?
+                        .and_then(|row| row.task)
+                        .map(<[u8]>::to_vec),
+                    RawTable::Invocations => {
+                        invocations::stored(r, str_key(key)?)?.map(|(row, _)| row.to_vec())
+                    }
+                    RawTable::Resolutions => {
+                        RESOLUTIONS.get(r, &raw_index(key)?)?.map(<[u8]>::to_vec)
+                    }
+                    RawTable::Refs => REFS.raw().get(r, key)?.map(<[u8]>::to_vec),
+                    RawTable::SemanticIds => SEMANTIC_IDS.get(r, key)?.map(<[u8]>::to_vec),
+                    RawTable::Spend => SPEND.raw().get(r, key)?.map(<[u8]>::to_vec),
+                    RawTable::Sessions => SESSIONS.raw().get(r, key)?.map(<[u8]>::to_vec),
+                    RawTable::RegistryHeads => {
+                        REGISTRY_HEADS.raw().get(r, key)?.map(<[u8]>::to_vec)
+                    }
+                    RawTable::ReadersTail => schema::READERS_TAIL.get(r, key)?.map(<[u8]>::to_vec),
+                })
+            })
+        }
     }
-}
+    fn raw_ref(key: &[u8]) -> Result<Ref, StoreError> {
+        Ref::from_slice(key).ok_or_else(|| StoreError::Corrupt("a ref key must be 32 bytes".into()))
+    }
 
-fn raw_ref(key: &[u8]) -> Result<Ref, StoreError> {
-    Ref::from_slice(key).ok_or_else(|| StoreError::Corrupt("a ref key must be 32 bytes".into()))
-}
+    fn raw_index(key: &[u8]) -> Result<u64, StoreError> {
+        key.try_into()
+            .map(u64::from_be_bytes)
+            .map_err(|_| StoreError::Corrupt("a u64 key must be 8 bytes".into()))
+    }
 
-fn raw_index(key: &[u8]) -> Result<u64, StoreError> {
-    key.try_into()
-        .map(u64::from_be_bytes)
-        .map_err(|_| StoreError::Corrupt("a u64 key must be 8 bytes".into()))
-}
+    /// The invocation a task key (`episode \0 task`) belongs to.
+    fn task_invocation(key: &[u8]) -> Result<String, StoreError> {
+        let (episode, task) = str_key(key)?
+            .split_once('\0')
+            .ok_or_else(|| StoreError::Corrupt("a task key is `episode \\0 task`".into()))?;
+        task::invocation_key(episode, task)
+    }
 
-/// The invocation a task key (`episode \0 task`) belongs to.
-fn task_invocation(key: &[u8]) -> Result<String, StoreError> {
-    let (episode, task) = str_key(key)?
-        .split_once('\0')
-        .ok_or_else(|| StoreError::Corrupt("a task key is `episode \\0 task`".into()))?;
-    task::invocation_key(episode, task)
-}
+    fn str_key(key: &[u8]) -> Result<&str, StoreError> {
+        std::str::from_utf8(key).map_err(|_| StoreError::Corrupt("key is not UTF-8".into()))
+    }
 
-fn str_key(key: &[u8]) -> Result<&str, StoreError> {
-    std::str::from_utf8(key).map_err(|_| StoreError::Corrupt("key is not UTF-8".into()))
-}
-
-/// Tables reachable through the raw maintenance accessors.
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy)]
-pub enum RawTable {
-    Objects,
-    Worlds,
-    Log,
-    /// A log row whole, by index (u64 BE key), in the layout of `log_row`: world ref, entry
-    /// length, entry hash, entry and world. Written as given; an empty value deletes the row,
-    /// as a log cut short (a bad restore, a lost end) leaves it.
-    LogRow,
-    /// Journal rows by sequence (u64 big-endian key).
-    Journal,
-    /// An invocation's journal state as readers see it, by invocation id (UTF-8 key): the
-    /// part of its resolution, else of its row (`docs/data-model.md` §8.2).
-    JournalIndex,
-    /// A task's state as readers see it, by `episode \0 task`: also a part of its
-    /// invocation's resolution or row.
-    Tasks,
-    /// An invocation's row as stored, by invocation id (UTF-8 key): intent sequence, journal
-    /// state and task state in the layout of `docs/data-model.md` §8.2.
-    Invocations,
-    /// The resolution of an intent as stored, by the intent's journal sequence (u64
-    /// big-endian key), in the same layout.
-    Resolutions,
-    /// The content-address index: a 33-byte key (a ref and its kind: `o` object, `e` entry
-    /// hash, `w` world, `i` the digest of an invocation id) → the row it names (u64
-    /// big-endian value). The value is written as given, whatever its length; an empty one
-    /// deletes the key.
-    Refs,
-    /// The semantic-id index: a key (`u16` BE length, the semantic id, the object's u64 BE
-    /// sequence) → nothing. Any value but an empty one puts the key; an empty one deletes it.
-    SemanticIds,
-    /// Spend counters: `episode \0 effect \0 scope` → units spent (u64 big-endian), written
-    /// as given whatever its length.
-    Spend,
-    /// Session records: credential id → canonical session JSON, written as given.
-    Sessions,
-    /// Registry heads: registry name → the ref of its current revision (32 bytes), written as
-    /// given.
-    RegistryHeads,
-    /// Read grants waiting to be merged: object sequence (u64 BE) ‖ episode → empty, or the
-    /// header the episode made the object's bytes under; key and value written as given.
-    ReadersTail,
+    /// Tables reachable through the raw maintenance accessors.
+    #[doc(hidden)]
+    #[derive(Debug, Clone, Copy)]
+    pub enum RawTable {
+        Objects,
+        Worlds,
+        Log,
+        /// A log row whole, by index (u64 BE key), in the layout of `log_row`: world ref, entry
+        /// length, entry hash, entry and world. Written as given; an empty value deletes the row,
+        /// as a log cut short (a bad restore, a lost end) leaves it.
+        LogRow,
+        /// Journal rows by sequence (u64 big-endian key).
+        Journal,
+        /// An invocation's journal state as readers see it, by invocation id (UTF-8 key): the
+        /// part of its resolution, else of its row (`docs/data-model.md` §8.2).
+        JournalIndex,
+        /// A task's state as readers see it, by `episode \0 task`: also a part of its
+        /// invocation's resolution or row.
+        Tasks,
+        /// An invocation's row as stored, by invocation id (UTF-8 key): intent sequence, journal
+        /// state and task state in the layout of `docs/data-model.md` §8.2.
+        Invocations,
+        /// The resolution of an intent as stored, by the intent's journal sequence (u64
+        /// big-endian key), in the same layout.
+        Resolutions,
+        /// The content-address index: a 33-byte key (a ref and its kind: `o` object, `e` entry
+        /// hash, `w` world, `i` the digest of an invocation id) → the row it names (u64
+        /// big-endian value). The value is written as given, whatever its length; an empty one
+        /// deletes the key.
+        Refs,
+        /// The semantic-id index: a key (`u16` BE length, the semantic id, the object's u64 BE
+        /// sequence) → nothing. Any value but an empty one puts the key; an empty one deletes it.
+        SemanticIds,
+        /// Spend counters: `episode \0 effect \0 scope` → units spent (u64 big-endian), written
+        /// as given whatever its length.
+        Spend,
+        /// Session records: credential id → canonical session JSON, written as given.
+        Sessions,
+        /// Registry heads: registry name → the ref of its current revision (32 bytes), written as
+        /// given.
+        RegistryHeads,
+        /// Read grants waiting to be merged: object sequence (u64 BE) ‖ episode → empty, or the
+        /// header the episode made the object's bytes under; key and value written as given.
+        ReadersTail,
+    }
 }

@@ -266,6 +266,7 @@ fn is_disk_full(code: i32) -> bool {
 }
 
 /// Keys and values copied out of a table ([`Store::raw_rows`]).
+#[cfg(any(test, feature = "fixtures"))]
 #[doc(hidden)]
 pub type RawRows = Vec<(Vec<u8>, Vec<u8>)>;
 
@@ -549,6 +550,8 @@ struct Inner {
     /// The [`restamp`] queued last: [`Store::watch`] queues no other until it has settled.
     restamping: Mutex<Option<Submitted<(), StoreError>>>,
     state: Arc<LayoutState>,
+    /// The tables' names, for [`Store::raw_rows`].
+    #[cfg(any(test, feature = "fixtures"))]
     names: &'static [&'static str],
     path: PathBuf,
     map_size: usize,
@@ -1299,6 +1302,7 @@ impl Store {
                 meta,
                 restamping: Mutex::new(None),
                 state,
+                #[cfg(any(test, feature = "fixtures"))]
                 names: layout.tables,
                 path: dir.to_path_buf(),
                 map_size,
@@ -1690,8 +1694,9 @@ impl Store {
         }
     }
 
-    /// Every row of the table `name`, as stored (maintenance and tests that look at a table's
-    /// bytes).
+    /// Every row of the table `name`, as stored, for tests that look at a table's bytes (the
+    /// `fixtures` feature: see [`crate::store::RawTable`]).
+    #[cfg(any(test, feature = "fixtures"))]
     #[doc(hidden)]
     pub fn raw_rows(&self, name: &str) -> Result<RawRows, StoreError> {
         let (slot, name) = self
