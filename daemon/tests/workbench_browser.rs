@@ -3393,3 +3393,58 @@ fn the_genesis_writer_on_an_entry_after_entry_0_breaks_its_output_link() {
         "the world does not select this entry"
     );
 }
+
+/// A tab left open kept every entry the live log sent it, in its memory and its list, and
+/// redrew them all on each filter change. It holds the newest 2,000: past them the oldest are
+/// dropped, and Load older entries fetches them again (and holds them beside the newest).
+#[test]
+fn a_long_open_timeline_holds_at_most_2000_entries_and_loads_the_dropped_ones_again() {
+    let Some(b) = Browser::start_or_skip(
+        "a_long_open_timeline_holds_at_most_2000_entries_and_loads_the_dropped_ones_again",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let d = Daemon::start(WS, &[]);
+    let ep1 = d.session("ep1", &["Workspace.Read=worktree:3000"]);
+    let ops = d.operator_session("ops", &[]);
+    std::fs::write(d.root().join("ep1/a.txt"), "a\n").unwrap();
+    call_read_recorded(&d, &ep1, "a.txt"); // 1
+    sign_in(&b, &d.url(""), &ops, "#log");
+    // 2,010 entries arrive live: entries 2–2011.
+    for _ in 2..=2011 {
+        call_read_recorded(&d, &ep1, "a.txt");
+    }
+    wait_long(&b, "entry 2011 in the timeline", 120, |b| {
+        b.try_find("#entries li[data-index='2011']")
+    });
+    let rows = || {
+        b.exec(
+            "const rows = [...document.querySelectorAll('#entries li')].map((li) => Number(li.dataset.index)); \
+             return [rows.length, rows[0], rows.at(-1)]",
+            json!([]),
+        )
+    };
+    assert_eq!(rows(), json!([2000, 2011, 12]));
+    assert_eq!(
+        b.text_of("#timeline-status").as_deref(),
+        Some("2000 shown of 2000 loaded · entries 12–2011 scanned")
+    );
+    // The dropped ones are fetched again, and held beside the newest.
+    b.click(&b.find("#older"));
+    b.wait_for_element("#entries li[data-index='0']");
+    assert_eq!(rows(), json!([2012, 2011, 0]));
+    assert_eq!(
+        b.text_of("#timeline-status").as_deref(),
+        Some("2012 shown of 2012 loaded · entries 0–2011 scanned")
+    );
+    // The window is as wide as that now, and slides: the next entry drops the oldest.
+    call_read_recorded(&d, &ep1, "a.txt"); // 2012
+    b.wait_for_element("#entries li[data-index='2012']");
+    assert_eq!(rows(), json!([2012, 2012, 1]));
+    assert_eq!(
+        b.text_of("#timeline-status").as_deref(),
+        Some("2012 shown of 2012 loaded · entries 1–2012 scanned")
+    );
+}

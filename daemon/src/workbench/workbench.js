@@ -29,6 +29,11 @@ const PROBE_TIMEOUT_MS = 10_000;
 // of those has in effect dropped.
 const STREAM_SILENCE_MS = 2 * 15_000;
 const FOLD_CHARS = 160;
+// The most entries the timeline holds from the live log: a tab left open on a busy daemon
+// would otherwise keep every entry it was sent, and redraw them all on each filter change.
+// Past it the oldest are dropped (Load older entries fetches them again). Entries loaded by
+// Load older entries widen the window to hold them.
+const WINDOW = 2000;
 
 // ---------------------------------------------------------------------------------------
 // Small helpers.
@@ -451,6 +456,7 @@ const state = {
   loaded: 0, // generation of the loaded log: a reload after a rollback moves it on
   scanning: false, // older pages are being scanned
   differs: new Map(), // index → the fields its summary said otherwise than its verified record
+  window: WINDOW, // the most entries held: WINDOW, or as many as Load older entries brought in
   gone: false, // the page saw the daemon go away: the credential waits for the check
   checking: null, // the check under way, shared by the requests that wait for it
 };
@@ -672,7 +678,25 @@ function dropLoaded() {
   state.next = 0;
   state.tip = null;
   state.scanning = false;
+  state.window = WINDOW;
   $("entries").replaceChildren();
+}
+
+/**
+ * Hold at most `state.window` entries: drop the oldest from the timeline and its list, and
+ * scan from above them again, so Load older entries fetches them anew.
+ */
+function dropOldest() {
+  const over = state.entries.size - state.window;
+  if (over <= 0) return;
+  const oldest = [...state.entries.keys()].sort((a, b) => a - b).slice(0, over);
+  const list = $("entries");
+  for (const i of oldest) {
+    state.entries.delete(i);
+    state.differs.delete(i);
+    list.querySelector(`li[data-index='${i}']`)?.remove();
+  }
+  state.scannedFrom = Math.max(state.scannedFrom, oldest.at(-1) + 1);
 }
 
 /** One new entry from the stream: add it on top without redrawing the list. */
@@ -692,6 +716,7 @@ function arrived(s) {
     if (!first || Number(first.dataset.index) < i) list.prepend(row(s, true));
     else renderTimeline();
   }
+  dropOldest();
   renderTimelineState($("entries").children.length);
 }
 
@@ -755,6 +780,8 @@ async function scanOlder(first = PAGE) {
       // Another credential's page, or a page of a log since reloaded, is not this timeline's.
       if (!mine()) return;
       for (const s of [...page.items, ...damagedOf(page)]) remember(s);
+      // Asked for: held beside the newest, however many that makes.
+      state.window = Math.max(state.window, state.entries.size);
       state.scannedFrom = from;
       if (state.entries.size > had) break;
       step = SCAN;
