@@ -1083,8 +1083,10 @@ impl AilangHandler {
     }
 
     /// Why the request is declined before anything is spent, if it is: a path argument the
-    /// binary may not see, a value it would read as an option, an `args_json` too large to
-    /// start the run, an operator gate. `execute` refuses each of them again.
+    /// binary may not see, a value it would read as an option, an ailang-cli flag key it may
+    /// not get, an examples op without a corpus, an `args_json` too large to start the run, an
+    /// operator gate. `execute` refuses each of them again (the examples op with its stamped
+    /// answer).
     fn declined(&self, request: &Request) -> Option<String> {
         // Walked beneath the opened worktree (`/proc/self/fd/N`), as the effect walks: a walk
         // from the worktree's full path would meet PATH_MAX sooner under a long workspace root
@@ -1104,10 +1106,20 @@ impl AilangHandler {
         if kind == Kind::Cli {
             // A flag that may not reach the binary is known before anything runs; flags that
             // are not an object of strings fail in `execute`, as they always have.
-            return match request.payload.get("flags") {
+            if let Some(why) = match request.payload.get("flags") {
                 Some(Value::Object(flags)) => flag_refusal(flags),
                 _ => None,
-            };
+            } {
+                return Some(why);
+            }
+        }
+        if matches!(kind, Kind::Cli | Kind::Discover) {
+            // An examples op without a corpus is answered without running anything: known
+            // now, so it is declined before its unit is spent.
+            let op = request.payload.get("op").and_then(Value::as_str);
+            return (op.is_some_and(|op| op.starts_with("examples_"))
+                && self.examples_dir.is_none())
+            .then(|| NO_CORPUS.to_string());
         }
         if kind != Kind::Run {
             return None;

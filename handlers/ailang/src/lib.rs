@@ -23,8 +23,8 @@
 //!   (`sha256:` of the `ailang` binary) and `policy_digest` (hex SHA-256 of the base policy
 //!   file's bytes). A reply that is not such an object, or that carries `tool`,
 //!   `policy_digest` or `world`, is a failed effect.
-//! - examples-search without a corpus: `{ok:false, refused: NO_CORPUS, tool, policy_digest}`
-//!   without running anything.
+//! - examples-search without a corpus: declined (below); a daemon that skips the preflight
+//!   gets `{ok:false, refused: NO_CORPUS, tool, policy_digest}` without anything run.
 //! - runs: `{admitted, exit_code, decision, limit, stdout, stderr, policy:{digest,
 //!   security_mode, caps, net_allow}}`, read from `ailang run` exactly as the `run` module
 //!   describes, plus `ok: false` and `refused` when `ailang` refused the program before it
@@ -33,13 +33,15 @@
 //!
 //! # Declined (preflight, nothing spent)
 //!
-//! A path argument that leads out of the worktree, into git's own data, to a file with more
-//! than one hard link (unless `allowHardLinks`) or that the walk beneath the worktree cannot
-//! finish; a `path`, `module`, `query` or `package` that begins with `-`; an `args_json` over
+//! A path argument that holds a `..` segment ([`DOT_DOT`]), leads out of the worktree, into
+//! git's own data, to a file with more than one hard link (unless `allowHardLinks`) or that
+//! the walk beneath the worktree cannot finish; a `path`, `module`, `query` or `package` that
+//! begins with `-`; an ailang-cli flag key that names `write` ([`WRITE_FLAG`]) or is not a
+//! plain flag name; an examples op without a corpus ([`NO_CORPUS`]); an `args_json` over
 //! 64 KiB; and the operator gates `capability "<c>" is not enabled by the operator (ailang
 //! config runAllowCaps)` and `Net names no reachable host:port (ailang config runNetAllow)`.
-//! The effect refuses each of them again (a failed `broker: <E> refused: …`) for a daemon that
-//! skips the preflight. Every effect is also declined ([`UNRUNNABLE`], the log naming the file
+//! The effect refuses each of them again (a failed `broker: <E> refused: …`; the examples op
+//! its stamped answer) for a daemon that skips the preflight. Every effect is also declined ([`UNRUNNABLE`], the log naming the file
 //! and [`RESTART`]) when the archived binary has been removed or lost its execute bit since
 //! start: every call would fail before anything ran; and ([`ARCHIVE_CHANGED`]) when its bytes
 //! are no longer those `tool` names, checked before each call (a `stat` per call; a hash only

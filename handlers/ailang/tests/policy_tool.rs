@@ -7,7 +7,7 @@ use std::fs;
 
 use common::*;
 use handler_kit::serde_json::{json, Value};
-use handler_kit::{EffectHandler, Outcome};
+use handler_kit::{EffectHandler, Outcome, Preflight};
 use worldd_ailang::{PolicySpec, CHECK, CLI, DISCOVER, NO_CORPUS, RUN};
 
 #[test]
@@ -77,6 +77,49 @@ fn examples_search_without_a_corpus_refuses_without_running_anything() {
     let out = f.ok(CLI, json!({"op": "examples_list"}));
     assert_eq!(out["refused"], NO_CORPUS);
     assert!(f.log().is_empty(), "nothing may run");
+}
+
+/// Without a corpus an examples op is known to be refused before anything runs, so the
+/// preflight declines it (`denied:handler`, its unit not spent) instead of letting an effect
+/// that runs nothing cost one; with a corpus it proceeds.
+#[test]
+fn examples_ops_without_a_corpus_are_declined_before_anything_is_spent() {
+    let f = Fixture::new();
+    for (effect, payload) in [
+        (
+            DISCOVER,
+            json!({"op": "examples_search", "query": "pattern"}),
+        ),
+        (CLI, json!({"op": "examples_list"})),
+        (CLI, json!({"op": "examples_search", "query": "x"})),
+        (CLI, json!({"op": "examples_show", "module": "m"})),
+        (CLI, json!({"op": "examples_tags"})),
+    ] {
+        match f.handler.preflight(&f.request(effect, payload.clone())) {
+            Preflight::Decline(answer) => assert_eq!(
+                Value::Object(answer),
+                json!({"ok": false, "refused": NO_CORPUS}),
+                "{effect} {payload}"
+            ),
+            other => panic!("{effect} {payload}: not declined: {other:?}"),
+        }
+    }
+    // Other ops of the same effects proceed.
+    for (effect, payload) in [
+        (DISCOVER, json!({"op": "builtins_list"})),
+        (CLI, json!({"op": "version"})),
+    ] {
+        let request = f.request(effect, payload.clone());
+        assert!(
+            matches!(f.handler.preflight(&request), Preflight::Proceed),
+            "{payload}"
+        );
+    }
+    let corpus = tempfile::tempdir().unwrap();
+    let g = Fixture::with(json!({"examplesDir": corpus.path().display().to_string()}));
+    let request = g.request(DISCOVER, json!({"op": "examples_search", "query": "x"}));
+    assert!(matches!(g.handler.preflight(&request), Preflight::Proceed));
+    assert!(f.log().is_empty() && g.log().is_empty(), "nothing may run");
 }
 
 #[test]
