@@ -1363,7 +1363,7 @@ fn combining_marks_neither_paint_over_the_page_nor_freeze_it() {
          return [li.querySelector('.why').innerText, li.querySelector('.json .s').innerText];",
         json!([input]),
     );
-    assert_eq!(shown, json!(["{\"path\":\"a◌́×110", "\"a◌́×158…"]));
+    assert_eq!(shown, json!(["path: \"a◌́×400000\"", "\"a◌́×158…"]));
     // Opened: within a couple of seconds, still counted.
     let took = time_show_all(&b, input);
     assert!(took.as_f64().is_some_and(|ms| ms < 2000.0), "{took}");
@@ -1400,6 +1400,79 @@ fn combining_marks_neither_paint_over_the_page_nor_freeze_it() {
         json!([]),
     );
     assert!(most.as_u64().is_some_and(|n| n <= 4), "{most}");
+}
+
+/// The input's line was its canonical JSON cut at 120 UTF-16 units with no "…": a write's
+/// `content` (sorted before `path`) hid the path, an emoji at the cut was split into a lone
+/// surrogate, and a run of marks was counted of the cut. Every argument now shows, each long
+/// string cut on code points with "…" and its length.
+#[test]
+fn the_input_line_names_every_argument_and_cuts_whole_characters_with_an_ellipsis() {
+    let Some(b) = Browser::start_or_skip(
+        "the_input_line_names_every_argument_and_cuts_whole_characters_with_an_ellipsis",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let d = Daemon::start(WS, &[]);
+    let token = d.session(
+        "ep1",
+        &["Workspace.Read=worktree:10", "Workspace.Write=worktree:10"],
+    );
+    let write = |path: &str, content: &str| {
+        let a = mcp(
+            &d,
+            &token,
+            "tools/call",
+            json!({"name": "ailang-write", "arguments": {"path": path, "content": content}}),
+        );
+        assert_eq!(a.status, 200, "{}", a.text());
+        let v = a.sse_json();
+        v["result"]["_meta"]["world/entryIndex"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{v}"))
+    };
+    let long = write("notes.md", &"x".repeat(200));
+    let emoji = write("e.md", &"\u{1F600}".repeat(60));
+    let marks = write("m.md", &format!("a{}", "\u{0301}".repeat(3_000)));
+    let base = format!("http://{}", d.addr);
+    // The line's text, and whether it holds a lone surrogate (read in the page: the driver's
+    // JSON would replace one).
+    sign_in(&b, &base, &token, "#log");
+    let line = |b: &Browser, i: u64| {
+        open_entry(b, &base, i);
+        b.exec(
+            "const t = document.querySelector(\"#links > li[data-kind='input'] .why\").innerText;
+             return [t, /[\\ud800-\\udfff]/u.test(t)];",
+            json!([]),
+        )
+    };
+    assert_eq!(
+        line(&b, long),
+        json!([
+            format!(
+                "path: \"notes.md\", content (200 chars): \"{}\"…",
+                "x".repeat(24)
+            ),
+            false
+        ])
+    );
+    assert_eq!(
+        line(&b, emoji),
+        json!([
+            format!(
+                "path: \"e.md\", content (60 chars): \"{}\"…",
+                "\u{1F600}".repeat(24)
+            ),
+            false
+        ])
+    );
+    // The run reaches the cut, so it is kept whole and counted whole.
+    assert_eq!(
+        line(&b, marks),
+        json!(["path: \"m.md\", content: \"a◌́×3000\"", false])
+    );
 }
 
 /// Every broken link was called tampering: "✗ 1 of 7 links broken: the daemon served bytes

@@ -45,6 +45,66 @@ function readsAs(bytes, sid) {
   return null;
 }
 
+// Characters the page draws as a count, not one by one (combining marks, invisible and format
+// characters): a cut never ends inside a run of them, so the count is of the whole run.
+const COUNTED = /[\p{M}\p{Cf}\p{Cc}\p{Default_Ignorable_Code_Point}\p{Zl}\p{Zp}]/u;
+
+/**
+ * The first `n` code points of `text` (never half a surrogate pair), then "…" when cut. A run of
+ * counted characters reaching the cut is kept whole: the page shows it as one count.
+ */
+export function cut(text, n) {
+  const cps = [...text];
+  if (cps.length <= n) return text;
+  let end = n;
+  while (end < cps.length && COUNTED.test(cps[end]) && COUNTED.test(cps[end - 1])) end += 1;
+  return end === cps.length ? text : cps.slice(0, end).join("") + "…";
+}
+
+const PREVIEW_STRING = 40; // a string value longer than this (in code points) is cut
+const PREVIEW_KEYS = 8; // keys shown before "… N more"
+
+/** One top-level member of an input, short: `path: "notes.md"`, `content (200 chars): "xxxx"…`,
+ * `files: [2 items]`. */
+function previewMember(key, v) {
+  const k = cut(key, PREVIEW_STRING);
+  if (typeof v === "string") {
+    const n = [...v].length;
+    const c = n <= PREVIEW_STRING ? v : cut(v, 24);
+    // A run of counted characters can take the cut to the end: then the whole is shown.
+    return c === v ? `${k}: ${JSON.stringify(v)}` : `${k} (${n} chars): ${JSON.stringify(c.slice(0, -1))}…`;
+  }
+  return `${k}: ${previewValue(v)}`;
+}
+
+/** A value other than a string, short: `[2 items]`, `{1 key}`, `12`. */
+function previewValue(v) {
+  if (Array.isArray(v)) return `[${v.length} item${v.length === 1 ? "" : "s"}]`;
+  if (v !== null && typeof v === "object") {
+    const k = Object.keys(v).length;
+    return `{${k} key${k === 1 ? "" : "s"}}`;
+  }
+  return cut(JSON.stringify(v), PREVIEW_STRING);
+}
+
+/**
+ * An input's detail line: for an object every top-level key (up to PREVIEW_KEYS) with its value
+ * shortened, values shown whole first, so a long `content` cannot push the `path` out of sight;
+ * anything else its JSON, cut. Every cut ends in "…".
+ */
+export function inputPreview(doc, text) {
+  if (doc === null || typeof doc !== "object" || Array.isArray(doc)) return cut(text, 120);
+  const parts = Object.keys(doc).map((k) => {
+    const v = doc[k];
+    const whole = typeof v !== "string" || [...v].length <= PREVIEW_STRING;
+    return { whole, text: previewMember(k, v) };
+  });
+  const ordered = [...parts.filter((p) => p.whole), ...parts.filter((p) => !p.whole)];
+  const shown = ordered.slice(0, PREVIEW_KEYS).map((p) => p.text);
+  if (ordered.length > PREVIEW_KEYS) shown.push(`… ${ordered.length - PREVIEW_KEYS} more keys`);
+  return shown.length ? shown.join(", ") : "{}";
+}
+
 /** `sha256:1234abcd…` */
 export function short(ref) {
   return typeof ref === "string" && ref.startsWith("sha256:") ? ref.slice(0, 15) + "…" : String(ref);
@@ -303,7 +363,7 @@ export async function verifyEntry(api, index, worldRef) {
 
   await link("input", rec.input, async () => {
     const o = await json(rec.input, SID.input);
-    return { ...o, detail: o.text.slice(0, 120) };
+    return { ...o, detail: inputPreview(o.doc, o.text) };
   });
 
   const plan = await link("plan", rec.plan, async () => {
