@@ -2321,6 +2321,41 @@ fn an_agent_whose_calls_are_older_than_the_newest_page_sees_them_not_none() {
         b.text(&episodes),
         "episode entries loaded\nep1 (this credential's) 2"
     );
+    // The whole log was scanned: the card names it, and no older entries are left.
+    assert_eq!(
+        b.text_of("#episodes-range").as_deref(),
+        Some("Counted in the loaded part of the log: entries 0–562.")
+    );
+}
+
+/// The Episodes card named the part of the log it counts only when it listed nothing: an
+/// operator on a large log saw `ep3 50` and no word that older entries (and any episode only
+/// they hold) were not loaded. It names the range always, and the way to load older entries.
+#[test]
+fn the_episodes_card_names_the_part_of_the_log_it_counts() {
+    let Some(b) = Browser::start_or_skip(
+        "the_episodes_card_names_the_part_of_the_log_it_counts",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    // ep1's call is entry 1, ep3's 2–61: the newest page (12–61) holds only ep3's.
+    let (d, _ep1) = ep1_calls_then_ep3_calls(1, 60);
+    let ops = d.operator_session("ops", &[]);
+    b.goto(&format!("http://{}/workbench#log", d.addr));
+    sign_in_here(&b, &ops);
+    b.wait_for_element("#entries li[data-index='61']");
+    b.click(&b.find("#nav a[data-view='episode']"));
+    let episodes = b.wait_for_element("#episodes table");
+    assert_eq!(b.text(&episodes), "episode entries loaded\nep3 50 spend →");
+    assert_eq!(
+        b.text_of("#episodes-range").as_deref(),
+        Some(
+            "Counted in the loaded part of the log: entries 12–61. Older entries are not loaded: \
+             Load older entries, on the Log, scans further back."
+        )
+    );
 }
 
 /// While the page scans back for an agent's calls it says so, with the part of the log

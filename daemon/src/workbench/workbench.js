@@ -1453,13 +1453,16 @@ function episodesCard(me) {
   const note = me.operator
     ? "An operator credential reads every episode: open one to see what it has spent."
     : "Only your episode's calls, and the entries of no episode, are visible to this credential.";
+  // Which part of the log the counts are of, always: on a large log the newest pages alone
+  // are loaded, and an episode whose calls are all older is not listed at all.
   const range = scannedRange();
-  const none = `No calls in the loaded part of the log${range ? ` (${range})` : ""}.` +
-    (state.scannedFrom > 0 ? " Load older entries, on the Log, scans further back." : "");
+  const counted = `Counted in the loaded part of the log${range ? `: ${range}` : ""}.` +
+    (state.scannedFrom > 0 ? " Older entries are not loaded: Load older entries, on the Log, scans further back." : "");
   return h("section", { class: "card", id: "episodes" }, h("h2", {}, "Episodes in the log"),
+    h("p", { class: "muted", id: "episodes-range" }, counted),
     h("p", { class: "muted" }, note),
     rows.length ? table(["episode", "entries loaded", ...(me.operator ? [""] : [])], rows, [1])
-      : h("p", { class: "empty" }, none));
+      : h("p", { class: "empty" }, "No calls in the loaded part of the log."));
 }
 
 async function showEpisode(other) {
