@@ -435,7 +435,7 @@ fn an_effect_run_by_an_older_plugin_build_is_noted_not_broken() {
     assert!(
         text.starts_with("workspace 0.1.0 sha256:")
             && text.contains(&format!(
-                "ⓘ ran by a build this daemon no longer loads: it loads sha256:{now}… (0.1.0) now"
+                "ℹ ran by a build this daemon no longer loads: it loads sha256:{now}… (0.1.0) now"
             )),
         "{text}"
     );
@@ -465,7 +465,7 @@ fn an_effect_run_by_an_older_plugin_build_is_noted_not_broken() {
     assert_eq!(check, "other-build", "{text}");
     assert!(
         text.ends_with(
-            "ⓘ ran by a build this daemon no longer loads: no plugin named workspace is loaded now"
+            "ℹ ran by a build this daemon no longer loads: no plugin named workspace is loaded now"
         ),
         "{text}"
     );

@@ -1193,7 +1193,7 @@ function pluginRow(l, catalog) {
   const now = loaded ? ["it loads ", h("span", { class: "ref-text", title: loaded.library }, short(loaded.library)), ` (${loaded.version}) now`]
     : [`no plugin named ${hd.plugin} is loaded now`];
   return say("other-build", ...who, h("span", { class: "check note" },
-    `ⓘ ${l.allowed ? "ran" : "declined"} by a build this daemon no longer loads: `, ...now));
+    `ℹ ${l.allowed ? "ran" : "declined"} by a build this daemon no longer loads: `, ...now));
 }
 
 function linkItem(l, catalog) {
@@ -1367,7 +1367,7 @@ function entryHeader(index, s, facts) {
       h("ul", {}, differs.map(([name, a, b]) => h("li", { "data-field": name },
         `${name}: the summary says ${show(a)}, the verified record says ${show(b)}`))),
     ] : null,
-    unverified.length ? h("p", {}, `ⓘ Not verified, as the links they rest on are broken: ${unverified.join(", ")}; shown as the daemon's summary says.`) : null);
+    unverified.length ? h("p", {}, `ℹ Not verified, as the links they rest on are broken: ${unverified.join(", ")}; shown as the daemon's summary says.`) : null);
   } else {
     check = h("p", { id: "header-check", class: "header-check ok", "data-check": "ok" },
       "✓ The header matches the verified record.");
