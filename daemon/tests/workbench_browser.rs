@@ -1615,6 +1615,66 @@ fn a_long_argument_key_folds_like_a_long_string_and_its_marks_are_counted() {
     assert_eq!(opened, "\"k◌́×2000\"");
 }
 
+/// A browser probe reported that a 100-level array, fully opened, ran off the right edge of the
+/// entry column (`#detail` scrollWidth equal to its clientWidth). The document's box scrolls
+/// sideways (`.json { overflow-x: auto }`), so the column does not grow: this pins it (without
+/// that rule the column grows and this fails).
+#[test]
+fn a_deeply_nested_document_scrolls_sideways_in_its_box() {
+    let Some(b) = Browser::start_or_skip(
+        "a_deeply_nested_document_scrolls_sideways_in_its_box",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:10"]);
+    let mut deep = json!(1);
+    for _ in 0..100 {
+        deep = json!([deep]);
+    }
+    let a = mcp(
+        &d,
+        &token,
+        "tools/call",
+        json!({"name": "ailang-read", "arguments": {"path": "hello.txt", "deep": deep}}),
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+    let v = a.sse_json();
+    assert_eq!(v["result"]["_meta"]["world/entryIndex"], json!(1), "{v}");
+    sign_in(&b, &format!("http://{}", d.addr), &token, "#entry/1");
+    assert!(verdict(&b).starts_with('✓'));
+    let measured = b.exec(
+        "const li = document.querySelector(\"#links > li[data-kind='input']\");
+         li.querySelectorAll('details').forEach((d) => { d.open = true; });
+         const box = li.querySelector('.json');
+         const detail = document.getElementById('detail');
+         const inner = [...box.querySelectorAll('.n')].at(-1).getBoundingClientRect();
+         return [box.scrollWidth > box.clientWidth, getComputedStyle(box).overflowX,
+           detail.scrollWidth === detail.clientWidth,
+           inner.left > box.getBoundingClientRect().right];",
+        json!([]),
+    );
+    // The box scrolls; the column does not grow; the innermost value is past the box's edge,
+    // reached by scrolling it.
+    assert_eq!(measured, json!([true, "auto", true, true]));
+    let reached = b.exec(
+        "const box = document.querySelector(\"#links > li[data-kind='input'] .json\");
+         box.scrollLeft = box.scrollWidth;
+         const inner = [...box.querySelectorAll('.n')].at(-1).getBoundingClientRect();
+         const edge = box.getBoundingClientRect();
+         return inner.left >= edge.left && inner.right <= edge.right;",
+        json!([]),
+    );
+    assert_eq!(reached, json!(true));
+    b.exec(
+        "document.querySelector(\"#links > li[data-kind='input']\").scrollIntoView({block: 'start'})",
+        json!([]),
+    );
+    b.screenshot(&shots().join("workbench-deep-document.png"));
+}
+
 /// Which requests a [`HoldProxy`] holds: those whose path starts with `.0` sent with the
 /// credential `.1`.
 type HoldRule = Option<(String, String)>;
