@@ -420,9 +420,13 @@ impl WorkspaceHandler {
                 Err(WriteError::Before(PathError::Changed)) => continue,
                 Err(WriteError::Before(e)) => return self.path_refusal("write", path, e),
                 Err(WriteError::After(e)) => return self.unsynced("write", path, e),
-                // Only an edit (a write over a file read) exchanges, and can strand a save.
+                // Only an edit (a write over a file read) exchanges, and can strand a save or
+                // see it moved away.
                 Err(WriteError::Stranded { kept, cause }) => {
                     return self.stranded("write", path, &kept, &cause)
+                }
+                Err(WriteError::Displaced { was_at }) => {
+                    return self.displaced("write", path, &was_at)
                 }
             }
         }
@@ -499,6 +503,9 @@ impl WorkspaceHandler {
                 Err(WriteError::Stranded { kept, cause }) => {
                     return self.stranded("edit", path, &kept, &cause)
                 }
+                Err(WriteError::Displaced { was_at }) => {
+                    return self.displaced("edit", path, &was_at)
+                }
             }
         }
         self.path_refusal("edit", path, PathError::Changed)
@@ -512,6 +519,19 @@ impl WorkspaceHandler {
         let cause = errno_text(cause);
         let message = format!(
             "{op} {path}: something else saved the file while the {op} was being installed, and that save could not be given its name back ({cause}); it is kept at {kept}: move it back to {path} by hand before the daemon restarts (the workspace then removes files named so)"
+        );
+        self.host
+            .log(LogLevel::Error, &format!("workspace: {message}"));
+        Outcome::failed(message)
+    }
+
+    /// An edit swapped another writer's save out of the name, and something else moved or
+    /// removed it from where it was set aside before it could be given its name back: the
+    /// edit holds the name. `failed`, never "nothing was changed": the edit is in place, and
+    /// the save is where this process cannot see.
+    fn displaced(&self, op: &str, path: &str, was_at: &str) -> Outcome {
+        let message = format!(
+            "{op} {path}: something else saved the file while the {op} was being installed, and that save, set aside at {was_at} to be given its name back, was moved or removed from there by something else first; {path} holds the {op}'s content, not that save's"
         );
         self.host
             .log(LogLevel::Error, &format!("workspace: {message}"));

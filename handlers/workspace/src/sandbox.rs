@@ -515,7 +515,9 @@ impl Sandbox {
 /// target's name only if the name still holds the file `read`; otherwise `Modified`, with the
 /// name holding what it held and no temporary file left, or `Stranded`: another writer's save
 /// that could not be given its name back (the name was removed and taken again meanwhile, an
-/// I/O error) is left at `tmp_name`, never removed.
+/// I/O error) is left at `tmp_name`, never removed; or `Displaced`: that save was moved or
+/// removed from `tmp_name` by something else before it was put back, and the edit holds the
+/// name.
 ///
 /// A check and then a rename leave a window between them in which another writer's save can
 /// land and be overwritten. So the staged file is *exchanged* with the name
@@ -553,7 +555,8 @@ fn install_over_read(
             }
             return Ok(());
         }
-        // The name holds nothing now: the file read was removed.
+        // The name holds nothing now (the file read was removed), or the staged file was moved
+        // away: either way the exchange did nothing.
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return refuse(PathError::Modified),
         Err(e) => return refuse(e.into()),
     }
@@ -597,16 +600,41 @@ fn install_over_read(
         }
         Err(e) => Err(e),
     };
+    // "Nothing was changed" (`Modified`) is answered only where the name is not seen to hold
+    // the edit: a put-back can fail with the edit still there, and something else can move
+    // files between these steps. `None`: the name could not be looked at.
+    let edit_at_name = || match dir.symlink_metadata(name) {
+        Ok(md) => Some(Identity::of(&md).file() == ours),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Some(false),
+        Err(_) => None,
+    };
+    let displaced = || {
+        Err(WriteError::Displaced {
+            was_at: target.sibling(tmp_name),
+        })
+    };
     let outcome = match back {
         Ok(removable) => {
             if removable {
                 let _ = dir.remove_file(tmp_name);
             }
-            Err(WriteError::Before(PathError::Modified))
+            // The save was put back: the edit is off the name unless something else moved
+            // it there again.
+            if edit_at_name() == Some(true) {
+                displaced()
+            } else {
+                Err(WriteError::Before(PathError::Modified))
+            }
         }
-        // Moved away by someone else meanwhile: nothing is left at the temporary name.
-        Err(_) if dir.symlink_metadata(tmp_name).is_err() => {
-            Err(WriteError::Before(PathError::Modified))
+        // Moved or removed from the temporary name by something else meanwhile, before it
+        // could be put back: the put-back failed, so the edit holds the name unless it is
+        // seen not to.
+        Err(_) if is_absent(dir, tmp_name) => {
+            if edit_at_name() == Some(false) {
+                Err(WriteError::Before(PathError::Modified))
+            } else {
+                displaced()
+            }
         }
         Err(cause) => Err(WriteError::Stranded {
             kept: target.sibling(tmp_name),
@@ -615,6 +643,12 @@ fn install_over_read(
     };
     let _ = sync_dir(dir);
     outcome
+}
+
+/// Whether `name` is seen to name nothing in `dir`: any other failure to look leaves it
+/// possibly there.
+fn is_absent(dir: &Dir, name: &OsStr) -> bool {
+    matches!(dir.symlink_metadata(name), Err(e) if e.kind() == io::ErrorKind::NotFound)
 }
 
 /// The exchange that gives a swapped-out save its name back ([`exchange`]; a test can make it
@@ -683,6 +717,10 @@ pub enum WriteError {
     /// given the name back (`cause`): it is kept at `kept`, a temporary name in the same
     /// directory (worktree-relative), for the operator to move back.
     Stranded { kept: String, cause: io::Error },
+    /// An edit's exchange swapped another writer's save out of the name to `was_at` (a
+    /// temporary name in the same directory, worktree-relative), and something else moved or
+    /// removed it from there before it was given the name back: the edit holds the name.
+    Displaced { was_at: String },
 }
 
 /// Run `op` again when the tree changed between check and use.
@@ -895,6 +933,8 @@ fn sync_dir(dir: &Dir) -> Result<(), PathError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::RefCell;
+    use std::rc::Rc;
 
     #[test]
     fn errno_text_is_go_style() {
@@ -1145,7 +1185,6 @@ mod tests {
         );
     }
 
-    /// The files in `root` named like temporary files.
     /// What an edit's read accepts in these tests.
     fn edit_rules() -> ReadRules {
         ReadRules {
@@ -1154,6 +1193,7 @@ mod tests {
         }
     }
 
+    /// The files in `root` named like temporary files.
     fn temporaries(root: &Path) -> Vec<OsString> {
         std::fs::read_dir(root)
             .unwrap()
@@ -1358,6 +1398,195 @@ mod tests {
             std::fs::read_to_string(root.join(&*kept)).unwrap(),
             "theirs"
         );
+    }
+
+    /// Lands a save `theirs` at `root/name` in the window before an edit's exchange, and
+    /// runs `then` just after the exchange (the save swapped out to the temporary name, given
+    /// to `then`; the edit at the name).
+    fn save_lands_then(root: &Path, name: &str, then: impl FnOnce(&Path, &OsStr) + 'static) {
+        let (at, name) = (root.to_owned(), name.to_owned());
+        let (at2, name2) = (at.clone(), name.clone());
+        BEFORE_INSTALL.set(Some(Box::new(move || {
+            std::fs::write(at.join("save"), "theirs").unwrap();
+            std::fs::rename(at.join("save"), at.join(&name)).unwrap();
+        })));
+        AFTER_EXCHANGE.set(Some(Box::new(move || {
+            assert_eq!(std::fs::read_to_string(at2.join(&name2)).unwrap(), "edited");
+            let tmp = temporaries(&at2);
+            assert_eq!(tmp.len(), 1, "{tmp:?}");
+            assert_eq!(
+                std::fs::read_to_string(at2.join(&tmp[0])).unwrap(),
+                "theirs"
+            );
+            then(&at2, &tmp[0]);
+        })));
+    }
+
+    /// A save swapped out to the temporary name is moved or removed from there by something
+    /// else before the exchange back, which fails (ENOENT), as does the rename that would give
+    /// it its name back: the answer was `Modified`, "nothing was changed", with the edit in
+    /// place at the name. It is `Displaced` now, naming where the save was set aside.
+    #[test]
+    fn a_save_moved_away_from_the_temporary_name_leaves_the_edit_in_place_and_says_so() {
+        for moved in [true, false] {
+            let tmp = tempfile::tempdir().unwrap();
+            let root = tmp.path().to_owned();
+            let sandbox = Sandbox::open(&root).unwrap();
+            std::fs::write(root.join("f.txt"), "original").unwrap();
+            let target = sandbox.resolve("f.txt", false).unwrap();
+            let (_, read) = sandbox.read_target_for_edit(&target, edit_rules()).unwrap();
+            let set_aside = Rc::new(RefCell::new(OsString::new()));
+            let seen = set_aside.clone();
+            save_lands_then(&root, "f.txt", move |at, tmp_name| {
+                *seen.borrow_mut() = tmp_name.to_owned();
+                if moved {
+                    std::fs::rename(at.join(tmp_name), at.join("elsewhere")).unwrap();
+                } else {
+                    std::fs::remove_file(at.join(tmp_name)).unwrap();
+                }
+            });
+            let out = sandbox.write_over(&target, b"edited", Some(read));
+            assert!(AFTER_EXCHANGE.with_borrow(Option::is_none), "the hook ran");
+            let Err(WriteError::Displaced { was_at }) = out else {
+                panic!("moved {moved}: {out:?}")
+            };
+            assert_eq!(was_at, set_aside.borrow().to_string_lossy());
+            assert_eq!(
+                std::fs::read_to_string(root.join("f.txt")).unwrap(),
+                "edited"
+            );
+            assert_eq!(temporaries(&root), Vec::<OsString>::new());
+            if moved {
+                assert_eq!(
+                    std::fs::read_to_string(root.join("elsewhere")).unwrap(),
+                    "theirs"
+                );
+            }
+        }
+    }
+
+    /// The save moved away as above, and the edit too (removed, or replaced by a third save):
+    /// the name does not hold the edit, so `Modified` is true, and is the answer.
+    #[test]
+    fn a_save_moved_away_with_the_edit_gone_from_the_name_too_is_modified() {
+        for replaced in [false, true] {
+            let tmp = tempfile::tempdir().unwrap();
+            let root = tmp.path().to_owned();
+            let sandbox = Sandbox::open(&root).unwrap();
+            std::fs::write(root.join("f.txt"), "original").unwrap();
+            let target = sandbox.resolve("f.txt", false).unwrap();
+            let (_, read) = sandbox.read_target_for_edit(&target, edit_rules()).unwrap();
+            save_lands_then(&root, "f.txt", move |at, tmp_name| {
+                std::fs::remove_file(at.join(tmp_name)).unwrap();
+                if replaced {
+                    std::fs::write(at.join("third"), "third").unwrap();
+                    std::fs::rename(at.join("third"), at.join("f.txt")).unwrap();
+                } else {
+                    std::fs::remove_file(at.join("f.txt")).unwrap();
+                }
+            });
+            let out = sandbox.write_over(&target, b"edited", Some(read));
+            assert!(AFTER_EXCHANGE.with_borrow(Option::is_none), "the hook ran");
+            assert!(
+                matches!(out, Err(WriteError::Before(PathError::Modified))),
+                "replaced {replaced}: {out:?}"
+            );
+            let now = std::fs::read_to_string(root.join("f.txt")).ok();
+            assert_eq!(now.as_deref(), replaced.then_some("third"));
+            assert_eq!(temporaries(&root), Vec::<OsString>::new());
+        }
+    }
+
+    /// The put-back succeeding, with the name found to hold the edit all the same: the save
+    /// was moved away from the temporary name and the edit renamed into its place, so the
+    /// save's rename back (ENOENT from the exchange: the name was empty) put the edit at the
+    /// name. `Modified` would say nothing changed; the answer is `Displaced`.
+    #[test]
+    fn a_put_back_that_puts_the_edit_at_the_name_is_not_modified() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_owned();
+        let sandbox = Sandbox::open(&root).unwrap();
+        std::fs::write(root.join("f.txt"), "original").unwrap();
+        let target = sandbox.resolve("f.txt", false).unwrap();
+        let (_, read) = sandbox.read_target_for_edit(&target, edit_rules()).unwrap();
+        save_lands_then(&root, "f.txt", |at, tmp_name| {
+            std::fs::rename(at.join(tmp_name), at.join("elsewhere")).unwrap();
+            std::fs::rename(at.join("f.txt"), at.join(tmp_name)).unwrap();
+        });
+        let out = sandbox.write_over(&target, b"edited", Some(read));
+        assert!(AFTER_EXCHANGE.with_borrow(Option::is_none), "the hook ran");
+        assert!(
+            matches!(&out, Err(WriteError::Displaced { was_at }) if was_at.starts_with(TEMP_PREFIX)),
+            "{out:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.join("f.txt")).unwrap(),
+            "edited"
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.join("elsewhere")).unwrap(),
+            "theirs"
+        );
+        assert_eq!(temporaries(&root), Vec::<OsString>::new());
+    }
+
+    /// The handler's answer when the save was moved away: `failed`, saying the edit holds the
+    /// name and where the save had been set aside, logged; never "nothing was changed".
+    #[test]
+    fn an_edit_whose_swapped_out_save_is_moved_away_fails_and_says_the_edit_is_in_place() {
+        use handler_kit::serde_json::json;
+        use handler_kit::{EffectHandler, Host, HostServices, LogLevel, Outcome, Plugin};
+        struct Lines(Mutex<Vec<String>>);
+        impl HostServices for Lines {
+            fn log(&self, _level: LogLevel, message: &str) {
+                self.0.lock().unwrap().push(message.to_owned());
+            }
+        }
+        let lines = std::sync::Arc::new(Lines(Mutex::default()));
+        let handler =
+            crate::WorkspacePlugin::new(json!({}), Host::from_services(lines.clone())).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_owned();
+        std::fs::create_dir(root.join("d")).unwrap();
+        std::fs::write(root.join("d/f.txt"), "one two").unwrap();
+        let set_aside = Rc::new(RefCell::new(OsString::new()));
+        let seen = set_aside.clone();
+        let (at, at2) = (root.clone(), root.clone());
+        BEFORE_INSTALL.set(Some(Box::new(move || {
+            std::fs::write(at.join("save"), "theirs").unwrap();
+            std::fs::rename(at.join("save"), at.join("d/f.txt")).unwrap();
+        })));
+        AFTER_EXCHANGE.set(Some(Box::new(move || {
+            let tmp = temporaries(&at2.join("d"));
+            assert_eq!(tmp.len(), 1, "{tmp:?}");
+            std::fs::remove_file(at2.join("d").join(&tmp[0])).unwrap();
+            *seen.borrow_mut() = tmp[0].clone();
+        })));
+        let out = handler.execute(handler_kit::Request {
+            invocation_id: "inv-test".into(),
+            episode: "ep".into(),
+            worktree: Some(root.to_string_lossy().into_owned()),
+            effect: "Workspace.Write".into(),
+            scope: "worktree".into(),
+            cost: 1,
+            payload: json!({"op": "edit", "path": "d/f.txt", "old_text": "one", "new_text": "1"}),
+            deadline_ms: 10_000,
+        });
+        assert!(AFTER_EXCHANGE.with_borrow(Option::is_none), "the hook ran");
+        let was_at = set_aside.borrow().to_string_lossy().into_owned();
+        let message = format!(
+            "edit d/f.txt: something else saved the file while the edit was being installed, and that save, set aside at d/{was_at} to be given its name back, was moved or removed from there by something else first; d/f.txt holds the edit's content, not that save's"
+        );
+        assert!(
+            matches!(&out, Outcome::Failed { message: m } if *m == message),
+            "{out:?}"
+        );
+        assert_eq!(*lines.0.lock().unwrap(), [format!("workspace: {message}")]);
+        assert_eq!(
+            std::fs::read_to_string(root.join("d/f.txt")).unwrap(),
+            "1 two"
+        );
+        assert_eq!(temporaries(&root.join("d")), Vec::<OsString>::new());
     }
 
     /// Where the filesystem refuses the exchange (`EINVAL`), an edit falls back to the check
