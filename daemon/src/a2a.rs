@@ -49,7 +49,7 @@ use tokio::time::Instant;
 
 use crate::outcome;
 use crate::state::{AppState, InvokeFailure};
-use crate::tools;
+use crate::tools::{self, Unresolved};
 
 use errors::{error_text, error_with_data, invoke_error, revoked_error, rpc_error};
 use params::TaskSend;
@@ -158,8 +158,8 @@ async fn a2a(
     }
 }
 
-/// The class of the skill, when this session sees it. Visibility is rebuilt for this request:
-/// having seen a skill conveys no authority.
+/// The class of the skill, when this session sees it ([`tools::resolve`]), or the JSON-RPC
+/// error that answers the send instead.
 async fn skill_class(
     state: &AppState,
     session: &Session,
@@ -167,38 +167,17 @@ async fn skill_class(
     id: &Value,
     method: Method,
 ) -> Result<EffectClass, Response> {
-    match tools::visible(state, session).await {
-        Ok(v) => match v.iter().find(|e| e.transition.id == skill_id) {
-            Some(e) => Ok(tools::tool_class(state, &e.transition)),
-            // The contract's message; `data.why` names the nearest of the session's own
-            // skills (never one it cannot see), so that a misspelt id can be corrected.
-            None => {
-                let listed = "the agent card lists this session's skills";
-                // A tool's MCP name (`x_dy` for `x.y`) names that skill, whatever is nearer.
-                let why = match v
-                    .iter()
-                    .find(|e| tools::escapes_to(&e.transition.id, skill_id))
-                {
-                    Some(e) => {
-                        crate::spelling::did_you_mean(skill_id, &e.transition.id, "skill", listed)
-                    }
-                    None => crate::spelling::unknown_name(
-                        skill_id,
-                        v.iter().map(|e| e.transition.id.as_str()),
-                        "skill",
-                        listed,
-                    ),
-                };
-                Err(error_with_data(
-                    id,
-                    -32602,
-                    "not authorized".into(),
-                    json!({ "why": why }),
-                    method.version(),
-                ))
-            }
-        },
-        Err(e) => {
+    match tools::resolve(state, session, skill_id, Surface::A2a).await {
+        Ok(e) => Ok(tools::tool_class(state, &e.transition)),
+        // The contract's message, with the hint in `data` (an `ErrorInfo` under 1.0).
+        Err(Unresolved::Unknown { why }) => Err(error_with_data(
+            id,
+            -32602,
+            "not authorized".into(),
+            json!({ "why": why }),
+            method.version(),
+        )),
+        Err(Unresolved::Surface(e)) => {
             tracing::error!("a2a refusal: {e}");
             Err(rpc_error(
                 id,

@@ -10,11 +10,11 @@ use tokio::time::Instant;
 use super::super::jsonrpc::{quote, Reply, INTERNAL_ERROR, INVALID_PARAMS, SESSION_REVOKED};
 use super::super::IDEMPOTENCY_KEY;
 use super::call_result::call_result;
-use super::tools_list::surface;
+use super::tools_list::refused;
 use super::{Ctx, Envelope, HostFailure};
 use crate::outcome::{self, Outcome};
 use crate::state::{InvokeFailure, REVOKED_WHILE_WAITING};
-use crate::tools;
+use crate::tools::{self, Unresolved};
 
 /// The parsed params of a `tools/call`.
 #[derive(Debug, PartialEq)]
@@ -144,47 +144,26 @@ pub(super) async fn tools_call(
     }
 }
 
-/// The tool this session may call under the MCP name `name`, or the protocol error that
-/// answers the call instead. Admission is fresh: having listed a tool earlier conveys nothing.
+/// The tool this session may call under the MCP name `name` ([`tools::resolve`]), or the
+/// protocol error that answers the call instead.
 async fn tool_named(
     ctx: &Ctx<'_>,
     id: &Value,
     name: &str,
 ) -> Result<Result<RegistryEntry, Reply>, HostFailure> {
-    let mut entries = match surface(ctx).await? {
-        Ok(entries) => entries,
-        Err(refusal) => return Ok(Err(Reply::error(id, INTERNAL_ERROR, refusal))),
-    };
-    // Matching on the escaped name (not on an unescaped id) means a name that is not a valid
-    // escape simply names no tool.
-    if let Some(i) = entries
-        .iter()
-        .position(|e| tools::escapes_to(&e.transition.id, name))
-    {
-        return Ok(Ok(entries.swap_remove(i)));
+    match tools::resolve(ctx.state, ctx.session, name, Surface::Mcp).await {
+        Ok(entry) => Ok(Ok(entry)),
+        // The surface refused as `tools/list` refuses it.
+        Err(Unresolved::Surface(e)) => Ok(Err(Reply::error(id, INTERNAL_ERROR, refused(ctx, e)?))),
+        // The contract's message, with the hint in `data`. The name is quoted to at most 256
+        // bytes as sent (escapes counted): a name of megabytes made a reply of them.
+        Err(Unresolved::Unknown { why }) => Ok(Err(Reply::error_with_data(
+            id,
+            INVALID_PARAMS,
+            format!("unknown tool {}", crate::spelling::quote_sent(name)),
+            json!({ "why": why }),
+        ))),
     }
-    // The contract's message, and in `data` the nearest of this session's own tools (never one
-    // it cannot see), so that a model can correct a misspelt name. The name is quoted to at
-    // most 256 bytes as sent (escapes counted): a name of megabytes made a reply of them.
-    let message = format!("unknown tool {}", crate::spelling::quote_sent(name));
-    let names: Vec<String> = entries
-        .iter()
-        .map(|e| tools::mcp_name(&e.transition.id))
-        .collect();
-    let listed = "tools/list shows this session's tools";
-    // A tool's id sent as it is (`x.y` for `x_dy`) names that tool, whatever is nearer.
-    let why = match entries.iter().find(|e| e.transition.id == name) {
-        Some(e) => {
-            crate::spelling::did_you_mean(name, &tools::mcp_name(&e.transition.id), "tool", listed)
-        }
-        None => crate::spelling::unknown_tool(name, names.iter().map(String::as_str), listed),
-    };
-    Ok(Err(Reply::error_with_data(
-        id,
-        INVALID_PARAMS,
-        message,
-        serde_json::json!({ "why": why }),
-    )))
 }
 
 /// How a call that did not commit is answered, its key's named errors aside.

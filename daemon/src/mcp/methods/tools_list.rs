@@ -130,17 +130,23 @@ fn published_schema(schema: &Value) -> Value {
 /// The session's tool surface, rebuilt now. `Ok(Err(text))` is the 64-byte refusal of the
 /// whole surface, a protocol-level answer; registry failures and the deadline are host
 /// failures.
-pub(super) async fn surface(
-    ctx: &Ctx<'_>,
-) -> Result<Result<Vec<RegistryEntry>, String>, HostFailure> {
+async fn surface(ctx: &Ctx<'_>) -> Result<Result<Vec<RegistryEntry>, String>, HostFailure> {
     // One LMDB read of the registry head (the parsed registry is cached): nothing here waits.
     match tools::visible_for_mcp(ctx.state, ctx.session).await {
         Ok(entries) => Ok(Ok(entries)),
-        Err(refusal @ SurfaceError::NameTooLong(_)) => {
+        Err(e) => refused(ctx, e).map(Err),
+    }
+}
+
+/// How MCP answers a tool surface that could not be built (`tools/list` and `tools/call`
+/// alike): the refusal's text for a `-32603`, or the host-failure envelope.
+pub(super) fn refused(ctx: &Ctx<'_>, e: SurfaceError) -> Result<String, HostFailure> {
+    match e {
+        refusal @ SurfaceError::NameTooLong(_) => {
             tracing::warn!(episode = %ctx.session.episode, "mcp: {refusal}");
-            Ok(Err(refusal.to_string()))
+            Ok(refusal.to_string())
         }
-        Err(SurfaceError::Registry(cause)) => {
+        SurfaceError::Registry(cause) => {
             tracing::error!(episode = %ctx.session.episode, "mcp: tool surface unavailable: {cause}");
             Err(HostFailure::Failed)
         }
