@@ -226,9 +226,12 @@ pub fn of_call_error(e: &CallError) -> Option<Outcome> {
         CallError::NoHandler | CallError::NoWorktree(_) | CallError::NoWorld => {
             Outcome::unavailable()
         }
-        CallError::Store(_) | CallError::Registry(_) | CallError::Internal(_) => {
-            Outcome::indeterminate("host")
-        }
+        CallError::Store(_)
+        | CallError::Registry(_)
+        | CallError::Log(_)
+        | CallError::Journal(_)
+        | CallError::Canon(_)
+        | CallError::Internal(_) => Outcome::indeterminate("host"),
     })
 }
 
@@ -237,7 +240,11 @@ pub fn of_call_error(e: &CallError) -> Option<Outcome> {
 /// then fails until the list holds one of it too.
 #[cfg(test)]
 pub(crate) fn every_failure() -> Vec<InvokeFailure> {
+    use broker_core::canon::CanonError;
     use broker_core::capacity::Full;
+    use broker_core::journal::JournalError;
+    use broker_core::log::LogError;
+    use broker_core::registry::RegistryError;
     use broker_core::store::StoreError;
     let arm = |e: &CallError| match e {
         CallError::InvalidTaskId => 0,
@@ -263,7 +270,10 @@ pub(crate) fn every_failure() -> Vec<InvokeFailure> {
         CallError::PreflightTimedOut => 20,
         CallError::Store(_) => 21,
         CallError::Registry(_) => 22,
-        CallError::Internal(_) => 23,
+        CallError::Log(_) => 23,
+        CallError::Journal(_) => 24,
+        CallError::Canon(_) => 25,
+        CallError::Internal(_) => 26,
     };
     let errors = vec![
         CallError::InvalidTaskId,
@@ -295,12 +305,15 @@ pub(crate) fn every_failure() -> Vec<InvokeFailure> {
         CallError::Store(StoreError::MapResized),
         // A write that found no room: A2A words it as the store-full refusal.
         CallError::Store(StoreError::DiskFull("d".into())),
-        CallError::Registry("r".into()),
+        CallError::Registry(RegistryError::Duplicate("r".into())),
+        CallError::Log(LogError::Corrupt("l".into())),
+        CallError::Journal(JournalError::Corrupt("j".into())),
+        CallError::Canon(CanonError::NonFinite),
         CallError::Internal("i".into()),
     ];
     let mut arms: Vec<usize> = errors.iter().map(arm).collect();
     arms.dedup();
-    assert_eq!(arms, (0..24).collect::<Vec<_>>(), "one of each CallError");
+    assert_eq!(arms, (0..27).collect::<Vec<_>>(), "one of each CallError");
     let others = [
         InvokeFailure::Capacity,
         InvokeFailure::RefusalRate,

@@ -239,8 +239,28 @@ pub enum CallError {
     PreflightTimedOut,
     #[error("store failure: {0}")]
     Store(#[from] StoreError),
+    /// The registry could not be read for a reason other than the store's (whose failures are
+    /// [`CallError::Store`]): a damaged revision or transition document.
     #[error("transition registry is unreadable: {0}")]
-    Registry(String),
+    Registry(#[source] RegistryError),
+    /// The log refused or could not read what the coordinator asked of it, for a reason other
+    /// than the store's ([`CallError::Store`]) or a missing genesis ([`CallError::NoWorld`]).
+    /// Said as [`CallError::Internal`] is, which it was before it kept its cause.
+    #[error("internal error: {0}")]
+    Log(#[source] LogError),
+    /// The journal refused what the coordinator asked of it (an intent twice, a budget spent
+    /// under it, a damaged row), for a reason other than the store's ([`CallError::Store`]).
+    /// Said as [`CallError::Internal`] is.
+    #[error("internal error: {0}")]
+    Journal(#[source] JournalError),
+    /// A document the coordinator builds itself has no canonical form: the host's fault. (The
+    /// arguments are canonicalised first, in admission, where a failure is `InvalidArguments`;
+    /// later canonical-form failures must never look like a bad request, which promises that
+    /// nothing ran.) Said as [`CallError::Internal`] is.
+    #[error("internal error: no canonical form: {0}")]
+    Canon(#[source] CanonError),
+    /// A fault the coordinator can only describe (a poisoned lock, a committed task without
+    /// its refs): no typed cause to keep.
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -265,7 +285,7 @@ impl From<LogError> for CallError {
         match e {
             LogError::Store(s) => CallError::Store(s),
             LogError::NoHead => CallError::NoWorld,
-            other => CallError::Internal(other.to_string()),
+            other => CallError::Log(other),
         }
     }
 }
@@ -274,18 +294,14 @@ impl From<JournalError> for CallError {
     fn from(e: JournalError) -> Self {
         match e {
             JournalError::Store(s) => CallError::Store(s),
-            other => CallError::Internal(other.to_string()),
+            other => CallError::Journal(other),
         }
     }
 }
 
-/// A document the coordinator builds itself has no canonical form: the host's fault. (The
-/// arguments are canonicalised first, in admission, where a failure is `InvalidArguments`;
-/// later canonical-form failures must never look like a bad request, which promises that
-/// nothing ran.)
 impl From<CanonError> for CallError {
     fn from(e: CanonError) -> Self {
-        CallError::Internal(format!("no canonical form: {e}"))
+        CallError::Canon(e)
     }
 }
 
@@ -293,7 +309,89 @@ impl From<RegistryError> for CallError {
     fn from(e: RegistryError) -> Self {
         match e {
             RegistryError::Store(s) => CallError::Store(s),
-            other => CallError::Registry(other.to_string()),
+            other => CallError::Registry(other),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+
+    /// Each typed variant reads as the text it was flattened to before it kept its cause (the
+    /// operators' log and every answer that quotes it), and hands the cause on as its source.
+    #[test]
+    fn typed_causes_read_as_their_flattened_text_and_are_kept_as_sources() {
+        let log = CallError::from(LogError::Corrupt("entry 3".into()));
+        assert!(
+            matches!(log, CallError::Log(LogError::Corrupt(_))),
+            "{log:?}"
+        );
+        assert_eq!(log.to_string(), "internal error: log is damaged: entry 3");
+        let source = log.source().and_then(|s| s.downcast_ref::<LogError>());
+        assert!(matches!(source, Some(LogError::Corrupt(w)) if w == "entry 3"));
+
+        let journal = CallError::from(JournalError::BudgetExhausted {
+            remaining: 0,
+            cost: 2,
+        });
+        assert!(matches!(journal, CallError::Journal(_)), "{journal:?}");
+        assert_eq!(
+            journal.to_string(),
+            "internal error: budget exhausted: 0 unit(s) left, 2 needed"
+        );
+        let source = journal
+            .source()
+            .and_then(|s| s.downcast_ref::<JournalError>());
+        assert!(matches!(
+            source,
+            Some(JournalError::BudgetExhausted {
+                remaining: 0,
+                cost: 2
+            })
+        ));
+
+        let canon = CallError::from(CanonError::NonFinite);
+        assert_eq!(
+            canon.to_string(),
+            "internal error: no canonical form: non-finite number (NaN or infinity) has no JSON form"
+        );
+        let source = canon.source().and_then(|s| s.downcast_ref::<CanonError>());
+        assert_eq!(source, Some(&CanonError::NonFinite));
+
+        let registry = CallError::from(RegistryError::Duplicate("ailang-read".into()));
+        assert_eq!(
+            registry.to_string(),
+            "transition registry is unreadable: duplicate transition id \"ailang-read\" in one publication"
+        );
+        let source = registry
+            .source()
+            .and_then(|s| s.downcast_ref::<RegistryError>());
+        assert!(matches!(source, Some(RegistryError::Duplicate(id)) if id == "ailang-read"));
+    }
+
+    /// The store's failures stay `Store` whichever layer met them, and a log without a genesis
+    /// is `NoWorld`: only the other causes take the typed variants.
+    #[test]
+    fn store_failures_and_a_missing_genesis_keep_their_own_variants() {
+        let store = || StoreError::MapResized;
+        assert!(matches!(
+            CallError::from(LogError::Store(store())),
+            CallError::Store(StoreError::MapResized)
+        ));
+        assert!(matches!(
+            CallError::from(JournalError::Store(store())),
+            CallError::Store(StoreError::MapResized)
+        ));
+        assert!(matches!(
+            CallError::from(RegistryError::Store(store())),
+            CallError::Store(StoreError::MapResized)
+        ));
+        assert!(matches!(
+            CallError::from(LogError::NoHead),
+            CallError::NoWorld
+        ));
     }
 }

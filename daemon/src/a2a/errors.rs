@@ -220,7 +220,12 @@ pub(super) fn error_text(f: InvokeFailure) -> (i64, String) {
                     tracing::error!("a2a refusal: {e}");
                     broker_core::capacity::Full::AGENT_MESSAGE.to_owned()
                 }
-                CallError::Store(_) | CallError::Registry(_) | CallError::Internal(_) => {
+                CallError::Store(_)
+                | CallError::Registry(_)
+                | CallError::Log(_)
+                | CallError::Journal(_)
+                | CallError::Canon(_)
+                | CallError::Internal(_) => {
                     tracing::error!("a2a refusal: {e}");
                     "transition invocation is not available in this daemon".to_owned()
                 }
@@ -296,6 +301,41 @@ mod tests {
             crate::metrics::outcome_label(&Err(CallError::EffectUnrecordable)),
             "unrecorded"
         );
+    }
+
+    /// A host fault, whether its cause is typed (the log's, the journal's, the registry's, a
+    /// document with no canonical form) or only text, is logged and answered with the fixed
+    /// words, never its own text; its metrics label is `error`.
+    #[test]
+    fn a_host_fault_is_answered_with_the_fixed_words_whatever_its_cause() {
+        use broker_core::canon::CanonError;
+        use broker_core::journal::JournalError;
+        use broker_core::log::LogError;
+        use broker_core::registry::RegistryError;
+        let faults = || {
+            [
+                CallError::Registry(RegistryError::Duplicate("r".into())),
+                CallError::Log(LogError::Corrupt("l".into())),
+                CallError::Journal(JournalError::Corrupt("j".into())),
+                CallError::Canon(CanonError::NonFinite),
+                CallError::Internal("i".into()),
+                CallError::Store(StoreError::MapResized),
+            ]
+        };
+        for e in faults() {
+            let text = e.to_string();
+            assert_eq!(
+                error_text(InvokeFailure::Call(e)),
+                (
+                    -32603,
+                    "transition invocation is not available in this daemon".to_owned()
+                ),
+                "{text}"
+            );
+        }
+        for e in faults() {
+            assert_eq!(crate::metrics::outcome_label(&Err(e)), "error");
+        }
     }
 
     /// A2A's half of the one table of failures (MCP's is `every_failure_is_classified_over_mcp_as_over_a2a`):
