@@ -135,7 +135,7 @@ pub use call::{
     BudgetLine, Call, CallError, CallOutput, CallState, EffectSummary, Reconciliation, Surface,
 };
 pub use committing::Committing;
-pub use handler::{EffectHandler, EffectRequest, HandlerOutcome, Handlers};
+pub use handler::{EffectHandler, EffectRequest, HandlerOutcome, Handlers, HandlersError};
 pub use hooks::{Clock, CrashPoint, Hooks, SystemClock};
 pub use known::{KNOWN_EPISODES_MAX, KNOWN_MAX};
 pub use task_view::TaskView;

@@ -302,7 +302,7 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
             classes.insert(e.name.clone(), e.class);
             handlers
                 .insert(&e.name, adapter.clone())
-                .map_err(|m| PluginError::new(&info.path, m))?;
+                .map_err(|e| PluginError::new(&info.path, e.to_string()))?;
             if e.class == EffectClass::Read {
                 handlers.mark_read_only(&e.name);
             }

@@ -59,6 +59,22 @@ pub trait EffectHandler: Send + Sync {
     }
 }
 
+/// Why a handler could not join a [`Handlers`] set.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HandlersError {
+    /// A second handler for an effect that already has one: which one serves it would
+    /// depend on load order, so neither is chosen.
+    #[error("effect {effect} is claimed by both {first} and {second}")]
+    Claimed {
+        effect: String,
+        /// The handler registered first (boxed, as is `second`: a `Result` of this error
+        /// stays small).
+        first: Box<HandlerIdentity>,
+        /// The handler refused.
+        second: Box<HandlerIdentity>,
+    },
+}
+
 /// The loaded handler set, by effect name, and which of those effects only read.
 #[derive(Clone, Default)]
 pub struct Handlers {
@@ -75,13 +91,17 @@ impl Handlers {
     }
 
     /// Register `handler` for `effect`; two handlers for one effect is an error.
-    pub fn insert(&mut self, effect: &str, handler: Arc<dyn EffectHandler>) -> Result<(), String> {
+    pub fn insert(
+        &mut self,
+        effect: &str,
+        handler: Arc<dyn EffectHandler>,
+    ) -> Result<(), HandlersError> {
         if let Some(prev) = self.by_effect.get(effect) {
-            return Err(format!(
-                "effect {effect} is claimed by both {} and {}",
-                prev.identity(),
-                handler.identity()
-            ));
+            return Err(HandlersError::Claimed {
+                effect: effect.to_owned(),
+                first: Box::new(prev.identity()),
+                second: Box::new(handler.identity()),
+            });
         }
         self.by_effect.insert(effect.to_owned(), handler);
         Ok(())
@@ -120,5 +140,52 @@ impl Handlers {
     /// The plugin not running here that ships tool `id` ([`Handlers::ship_not_running`]).
     pub fn not_running(&self, id: &str) -> Option<&str> {
         self.not_running.get(id).map(String::as_str)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Named(&'static str);
+
+    impl EffectHandler for Named {
+        fn identity(&self) -> HandlerIdentity {
+            HandlerIdentity::in_process(self.0, "0.1.0")
+        }
+        fn execute(&self, _: &EffectRequest<'_>) -> HandlerOutcome {
+            HandlerOutcome::Failed("never run".into())
+        }
+    }
+
+    /// A second handler for an effect is refused, naming both, and the first keeps serving it.
+    #[test]
+    fn a_second_handler_for_an_effect_is_refused_naming_both() {
+        let mut handlers = Handlers::new();
+        handlers
+            .insert("Notes.Append", Arc::new(Named("first")))
+            .unwrap();
+        handlers
+            .insert("Notes.Read", Arc::new(Named("second")))
+            .unwrap();
+        let err = handlers
+            .insert("Notes.Append", Arc::new(Named("second")))
+            .unwrap_err();
+        let first = HandlerIdentity::in_process("first", "0.1.0");
+        let second = HandlerIdentity::in_process("second", "0.1.0");
+        assert_eq!(
+            err.to_string(),
+            format!("effect Notes.Append is claimed by both {first} and {second}")
+        );
+        assert_eq!(
+            err,
+            HandlersError::Claimed {
+                effect: "Notes.Append".into(),
+                first: Box::new(first.clone()),
+                second: Box::new(second),
+            }
+        );
+        let serving = handlers.get("Notes.Append").map(|h| h.identity());
+        assert_eq!(serving, Some(first));
     }
 }
