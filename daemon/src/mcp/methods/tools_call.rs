@@ -130,10 +130,13 @@ pub(super) async fn tools_call(
                 }
             }
             let root = ctx.state.coordinator().workspace_root();
-            match answer(episode, root, &failure) {
-                Answer::Refused(code, text) => {
+            match answer(episode, root, &name, &failure) {
+                Answer::Refused(code, text, data) => {
                     tracing::info!(%episode, %tool, rpc_id = %id, "mcp tools/call: {text}");
-                    Ok(Reply::error(id, code, text))
+                    Ok(match data {
+                        Some(data) => Reply::error_with_data(id, code, text, data),
+                        None => Reply::error(id, code, text),
+                    })
                 }
                 Answer::Host(host, line, cause) => {
                     log_host_failure(ctx.state.metrics(), episode, tool, id, &host, line, &cause);
@@ -166,12 +169,17 @@ async fn tool_named(
     }
 }
 
+/// `data.why` of a call whose tool left the session's tools between its lookup and its
+/// preparation.
+const WITHDRAWN_WHILE_PREPARED: &str = "this session no longer sees this tool: it was replaced or withdrawn while the call was prepared, and nothing ran; tools/list shows this session's tools";
+
 /// How a call that did not commit is answered, its key's named errors aside.
 #[derive(Debug)]
 enum Answer {
     /// Nothing ran or was journaled, and the table of failures classifies nothing: a protocol
-    /// error (code, text), never the host-failure envelope, which says the effect may have run.
-    Refused(i64, String),
+    /// error (code, text, data), never the host-failure envelope, which says the effect may
+    /// have run.
+    Refused(i64, String, Option<Value>),
     /// The host-failure envelope, how the operator's log takes it, and its cause for that log
     /// (including the effect record refs of an EffectsUnrecorded failure: never on the wire).
     Host(HostFailure, Line, String),
@@ -179,17 +187,30 @@ enum Answer {
 
 /// [`Answer`] of a failed call. Its classification is [`outcome::of_failure`]'s, the table A2A
 /// answers from too.
-fn answer(episode: &str, root: Option<&std::path::Path>, failure: &InvokeFailure) -> Answer {
+fn answer(
+    episode: &str,
+    root: Option<&std::path::Path>,
+    name: &str,
+    failure: &InvokeFailure,
+) -> Answer {
     match (failure, outcome::of_failure(failure)) {
         // The credential was revoked while the call waited: an authentication error.
         (InvokeFailure::Revoked, _) => {
-            Answer::Refused(SESSION_REVOKED, REVOKED_WHILE_WAITING.to_owned())
+            Answer::Refused(SESSION_REVOKED, REVOKED_WHILE_WAITING.to_owned(), None)
         }
+        // The tool was no longer this session's when its call was prepared (a publish replaced
+        // or withdrew it after the lookup): answered as the lookup answers a tool the session
+        // does not see, MCP's one word for it (A2A's is `not authorized`); nothing ran.
+        (InvokeFailure::Call(CallError::NotAuthorized), _) => Answer::Refused(
+            INVALID_PARAMS,
+            format!("unknown tool {}", crate::spelling::quote_sent(name)),
+            Some(json!({ "why": WITHDRAWN_WHILE_PREPARED })),
+        ),
         // Refused before anything was journaled (arguments or a task id the host cannot
         // accept, a tool no longer this session's by the time it was prepared, as when a
         // publish replaced it, a pin that does not match): `-32602` with the coordinator's
         // text, as A2A answers it.
-        (InvokeFailure::Call(e), None) => Answer::Refused(INVALID_PARAMS, e.to_string()),
+        (InvokeFailure::Call(e), None) => Answer::Refused(INVALID_PARAMS, e.to_string(), None),
         (failure, outcome) => {
             let (envelope, line, cause) = classified(episode, root, failure);
             // The table classifies every other failure; were one left out, it is the host's,
@@ -520,7 +541,7 @@ mod tests {
 
     /// The host-failure envelope of a call without a key.
     fn enveloped(failure: InvokeFailure) -> (HostFailure, Line, String) {
-        match answer("ep", None, &failure) {
+        match answer("ep", None, "t", &failure) {
             Answer::Host(host, line, cause) => (host, line, cause),
             other => panic!("{failure:?} was answered {other:?}"),
         }
@@ -559,13 +580,17 @@ mod tests {
     fn every_failure_is_classified_over_mcp_as_over_a2a() {
         for failure in outcome::every_failure() {
             let a2a = outcome::of_failure(&failure);
-            match (answer("ep", None, &failure), a2a) {
+            match (answer("ep", None, "t", &failure), a2a) {
                 (Answer::Host(host, _, _), Some(a2a)) => {
                     assert_eq!(host.outcome(), a2a, "{failure:?}");
                 }
-                (Answer::Refused(code, text), None) => {
+                (Answer::Refused(code, text, _), None) => {
                     let (want_code, want_text) = match &failure {
                         InvokeFailure::Revoked => (SESSION_REVOKED, REVOKED_WHILE_WAITING.into()),
+                        // MCP's word for a tool the session does not see, as its lookup says.
+                        InvokeFailure::Call(CallError::NotAuthorized) => {
+                            (INVALID_PARAMS, "unknown tool \"t\"".into())
+                        }
                         InvokeFailure::Call(e) => (INVALID_PARAMS, e.to_string()),
                         other => panic!("{other:?} is unclassified"),
                     };
@@ -588,9 +613,20 @@ mod tests {
                 json!({"kind": "indeterminate", "reason": "pending", "retryable": false})
             );
         }
-        match answer("ep", None, &InvokeFailure::Call(CallError::NotAuthorized)) {
-            Answer::Refused(code, text) => {
-                assert_eq!((code, text.as_str()), (-32602, "not authorized"))
+        // A tool withdrawn between the lookup and the preparation: what the lookup says of a
+        // tool the session does not see, never A2A's `not authorized` or the host envelope.
+        match answer(
+            "ep",
+            None,
+            "ailang-read",
+            &InvokeFailure::Call(CallError::NotAuthorized),
+        ) {
+            Answer::Refused(code, text, data) => {
+                assert_eq!(
+                    (code, text.as_str()),
+                    (-32602, "unknown tool \"ailang-read\"")
+                );
+                assert_eq!(data, Some(json!({ "why": WITHDRAWN_WHILE_PREPARED })));
             }
             other => panic!("{other:?}"),
         }
