@@ -1,15 +1,16 @@
 //! `worldd serve` and `worldd handlers`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use broker_core::coordinator::{Coordinator, CoordinatorConfig};
+use broker_core::coordinator::{Coordinator, CoordinatorConfig, Handlers};
 use broker_core::refusal_rate::RefusalRate;
 use broker_core::registry;
 use broker_core::store::{Store, StoreError, StoreOptions};
 use clap::Args;
+use handler_api::EffectClass;
 use serde::Deserialize;
 
 use super::dir_locks::{
@@ -24,6 +25,7 @@ use super::placement::{
 use super::plugin_config::{self, DeprecatedFlags, Override};
 use super::{startup, CliResult, Failure};
 use crate::byte_size::ByteSize;
+use crate::catalog::Catalog;
 use crate::edge::{self, ServerSection};
 use crate::limits::LimitsSection;
 use crate::metrics::Metrics;
@@ -521,10 +523,78 @@ pub fn try_plugins(a: &ServeArgs) -> CliResult {
 pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
     // First, while this is the only thread: it takes the variable out of the environment.
     let manager = crate::service_manager::Notifier::from_env();
+    let (ready, held) = start(&a, launch)?;
+    let stopped = serve(ready, manager);
+    let served = drain(stopped);
+    // Only after the drain: the calls it waited for commit under these locks.
+    held.release();
+    served
+}
+
+/// What [`start`] made for [`serve`]: the bound socket, the open store, the plugins' handlers
+/// and the runtime they run on, with the settings they run under.
+struct Ready {
+    listener: std::net::TcpListener,
+    store: Store,
+    handlers: Handlers,
+    classes: HashMap<String, EffectClass>,
+    catalog: Catalog,
+    runtime: tokio::runtime::Runtime,
+    settings: Settings,
+    /// The workspace root, resolved before any plugin code ran.
+    root_at: PathBuf,
+    metrics: Metrics,
+    ready_on_stderr: bool,
+}
+
+/// What the daemon holds from its start until its calls are drained ([`Held::release`]).
+struct Held {
+    /// The store directory's lock ([`lock_store_dir`]).
+    store_dir: Option<std::fs::File>,
+    /// The plugins, their handlers taken for the coordinator: each plugin's `Drop` runs as its
+    /// last handler goes.
+    plugins: plugins::PluginSet,
+    /// The store's writer lock, the workspace root's, the plugins' `stateDir`s' and the
+    /// ancestors' ([`lock_ancestors`]), released in that order.
+    locks: (
+        std::fs::File,
+        Option<std::fs::File>,
+        Vec<std::fs::File>,
+        Vec<std::fs::File>,
+    ),
+    /// The exit guard ([`crate::exit_guard::arm`]).
+    armed: crate::exit_guard::Armed,
+    /// The plugin options, whose publisher holds a handle on the store.
+    opts: PluginOptions,
+}
+
+impl Held {
+    /// Let go of it all, in the order a daemon always has: the store directory's lock, the
+    /// plugins, the locks, then the exit guard, after the plugins' handlers.
+    fn release(self) {
+        let Held {
+            store_dir,
+            plugins,
+            locks,
+            armed,
+            opts,
+        } = self;
+        drop(store_dir);
+        drop(plugins);
+        drop(locks);
+        drop(armed);
+        drop(opts);
+    }
+}
+
+/// Read the settings, take the locks, make or open the store, start the plugins and build the
+/// runtime: everything before serving, in an order that is deliberate step by step. A failure
+/// here exits with its stage and leaves nothing this start made.
+fn start(a: &ServeArgs, launch: Launch) -> Result<(Ready, Held), Failure> {
     let file = read_config(&a.plugins.config).map_err(|e| startup("config", e))?;
     // Before anything is created: a setting that cannot be read stops here.
     let mut opts = plugin_options(&a.plugins, &file).map_err(|e| startup("config", e))?;
-    let mut settings = Settings::resolve(&a, &file)?;
+    let settings = Settings::resolve(a, &file)?;
     // Before the store, the runtime or a plugin starts a thread: they all inherit it.
     if let Err(e) = scheduling::apply(settings.scheduling) {
         tracing::warn!(
@@ -533,9 +603,9 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
         );
     }
 
-    // From here to its return, an `exit()` by plugin code or a library is said and is no
-    // clean exit (`exit_guard`); dropped last, after the plugins' handlers.
-    let _armed = crate::exit_guard::arm("started");
+    // From here to the daemon's end, an `exit()` by plugin code or a library is said and is no
+    // clean exit (`exit_guard`); dropped last, after the plugins' handlers ([`Held::release`]).
+    let armed = crate::exit_guard::arm("started");
     // Resolved now, before any plugin code runs: a chdir by plugin code (or a library) must
     // not move the paths the daemon resolves again later (the worktrees under the root, the
     // plugins' state directory). The store resolves its own path when it opens it.
@@ -610,31 +680,70 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
         crate::descriptors::keep_from_programs();
         Ok((store, (lock, root_lock, state_locks, above), set))
     })();
-    let (store, _locks, set) = match started {
+    let (store, locks, mut set) = match started {
         Ok(started) => started,
         Err(failure) => {
             fresh.undo();
             return Err(failure);
         }
     };
-    let _store_dir_lock = fresh.store_dir;
+    let store_dir = fresh.store_dir;
     let catalog = catalog_of(&set);
-    let classes = set.classes;
+    let classes = std::mem::take(&mut set.classes);
+    // Last of the start, before anything is handed on: a runtime that cannot be built lets go
+    // of the socket, the locks and the plugins in the order every failed start does.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| startup("listen", e))?;
+    let ready = Ready {
+        listener,
+        store,
+        handlers: std::mem::take(&mut set.handlers),
+        classes,
+        catalog,
+        runtime,
+        settings,
+        root_at,
+        metrics,
+        ready_on_stderr: launch.ready_on_stderr,
+    };
+    let held = Held {
+        store_dir,
+        plugins: set,
+        locks,
+        armed,
+        opts,
+    };
+    Ok((ready, held))
+}
+
+/// Serve until a signal stops the daemon: build the coordinator, listen, announce readiness and
+/// answer requests until every one is answered. What the server ended with is in [`Stopped`].
+fn serve(ready: Ready, manager: crate::service_manager::Notifier) -> Stopped {
+    let Ready {
+        listener,
+        store,
+        handlers,
+        classes,
+        catalog,
+        runtime,
+        mut settings,
+        root_at,
+        metrics,
+        ready_on_stderr,
+    } = ready;
     let coordinator = Arc::new(Coordinator::new(
         store.clone(),
-        set.handlers,
+        handlers,
         CoordinatorConfig {
             workspace_root: Some(root_at),
             handler_deadline: settings.limits.handler_deadline,
             // Handlers run inline on the blocking thread of their call, watched by its task
             // (`State::invoke`), so no spawner is needed here.
             refusal_rate: settings.refusal_rate,
-            // The lock above makes this daemon the store's only spender: reads run while
-            // their intent is on its way to the disk.
+            // The writer lock `start` took makes this daemon the store's only spender: reads
+            // run while their intent is on its way to the disk.
             sole_spender: true,
             ..CoordinatorConfig::default()
         },
@@ -673,13 +782,42 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
             .build();
         let signals = server::ShutdownSignals::listen().telling(manager.clone());
         crate::exit_guard::doing("served");
-        announce(local, launch.ready_on_stderr);
+        announce(local, ready_on_stderr);
         manager.tell("READY=1");
         server::serve(listener, state, signals)
             .await
             .map_err(|e| Failure::fatal(format!("server error: {e}")))
     });
     crate::exit_guard::doing("stopped");
+    Stopped {
+        served,
+        runtime,
+        overruns,
+        call_deadline,
+    }
+}
+
+/// A daemon whose server has returned: what it served with, still running the calls that
+/// outlived their requests.
+struct Stopped {
+    /// The server's end: what the daemon exits with once drained.
+    served: CliResult,
+    runtime: tokio::runtime::Runtime,
+    /// The coordinator, for the handlers still running past their deadline.
+    overruns: Arc<Coordinator>,
+    /// How long a call may take: the most the drain waits for calls without a client.
+    call_deadline: std::time::Duration,
+}
+
+/// Wait, within bounds, for what still runs once every request is answered, then shut the
+/// runtime down; the server's end.
+fn drain(stopped: Stopped) -> CliResult {
+    let Stopped {
+        served,
+        runtime,
+        overruns,
+        call_deadline,
+    } = stopped;
     // Every request was answered; calls whose client left run on without one, and are waited
     // for as requests are (up to a call's deadline): the runtime's shutdown would drop them
     // unpolled, their effects run and their intents left indeterminate.
