@@ -27,13 +27,16 @@
 //! - resource limits (RLIMIT_FSIZE, RLIMIT_NOFILE, RLIMIT_CPU, RLIMIT_AS, RLIMIT_DATA): one
 //!   lowered fails the store's writes, the daemon's accepts, its allocations, or ends it by
 //!   SIGXCPU. A limit lowered below the highest it has been seen at is put back (the daemon
-//!   raises the soft RLIMIT_NOFILE itself once the plugins are loaded; a raise harms nothing).
+//!   raises the soft RLIMIT_NOFILE itself once the plugins are loaded; a raise harms nothing);
+//! - the umask: one widened or narrowed (`umask(0777)`) changed the mode of every file and
+//!   directory the daemon and every other plugin made from then on, for every episode (a
+//!   Workspace write made `----------` files). It is noted at start and put back.
 //!
 //! [`check`] runs after each entry point of a plugin returns (its loading, constructor,
-//! preflight, execute, finish): a few `fstat`, `sigaction` and `getrlimit` queries. What it
-//! finds changed it puts back, and says in one ERROR line naming the plugin and the call it had
-//! just returned from (another plugin's call running at the same time may be the cause: the
-//! line says where it was found).
+//! preflight, execute, finish): a few `fstat`, `sigaction` and `getrlimit` queries and one
+//! `umask` call. What it finds changed it puts back, and says in one ERROR line naming the plugin
+//! and the call it had just returned from (another plugin's call running at the same time may be
+//! the cause: the line says where it was found).
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -86,6 +89,8 @@ impl Action {
 
 /// One check at a time: two calls returning together must not both restore and say one change.
 static CHECKING: Mutex<()> = Mutex::new(());
+/// The umask at start, which [`restore`] puts back; `None` before [`settle`].
+static UMASK: OnceLock<libc::mode_t> = OnceLock::new();
 /// A file found on 0–2 and left there, by descriptor: one seen again is not said again.
 static LEFT: Mutex<[Option<(libc::dev_t, libc::ino_t)>; 3]> = Mutex::new([None; 3]);
 
@@ -149,7 +154,8 @@ impl Disposition {
 /// copy of each is kept, and SIGCHLD and SIGPIPE are set as the daemon needs them: SIGCHLD
 /// default (an ignored one, inherited across `exec`, would fail every wait for a child),
 /// SIGPIPE ignored (as Rust's start-up sets it), SIGXFSZ ignored; SIGALRM, SIGVTALRM and SIGPROF
-/// caught by [`on_timer`] where they are at their default; and the resource limits noted.
+/// caught by [`on_timer`] where they are at their default; and the resource limits and the
+/// umask noted.
 pub fn settle() {
     STANDARD.get_or_init(|| {
         (0..3)
@@ -200,6 +206,16 @@ pub fn settle() {
         }
     }
     drop(signals);
+    UMASK.get_or_init(|| {
+        // umask(2) only sets, returning the old value: read, then set back at once. Before any
+        // thread, so nothing is made under the interim 0077 (which only narrows, in any case).
+        // SAFETY: umask cannot fail and touches nothing but the process's mask.
+        unsafe {
+            let was = libc::umask(0o077);
+            libc::umask(was);
+            was
+        }
+    });
     let mut limits = LIMITS.lock().unwrap_or_else(PoisonError::into_inner);
     if limits.is_empty() {
         *limits = WATCHED
@@ -397,8 +413,9 @@ pub fn remember(signals: &[libc::c_int]) {
 }
 
 /// After plugin code returned: put back what it changed of descriptors 0–2, of the signal
-/// dispositions and of the resource limits the daemon relies on, and say it in one ERROR line naming `who`, the plugin's
-/// call that had just returned ("plugin git's execute (Git.Commit)").
+/// dispositions, of the resource limits and of the umask the daemon relies on, and say it in one
+/// ERROR line naming `who`, the plugin's call that had just returned ("plugin git's execute
+/// (Git.Commit)").
 pub fn check(who: impl FnOnce() -> String) {
     let changes = restore();
     if !changes.is_empty() {
@@ -408,7 +425,7 @@ pub fn check(who: impl FnOnce() -> String) {
 
 fn line(who: &str, changes: &[String]) -> String {
     format!(
-        "plugin code changed what the whole process relies on, found when {who} returned: {}; the daemon put it back (a plugin must leave descriptors 0-2, signal dispositions and resource limits alone: docs/handler-authors.md §9)",
+        "plugin code changed what the whole process relies on, found when {who} returned: {}; the daemon put it back (a plugin must leave descriptors 0-2, signal dispositions, resource limits and the umask alone: docs/handler-authors.md §9)",
         changes.join("; ")
     )
 }
@@ -484,7 +501,24 @@ fn restore() -> Vec<String> {
         ));
     }
     changes.extend(restore_limits());
+    changes.extend(restore_umask());
     changes
+}
+
+/// Put back the umask noted at start, if it changed; the phrase that says so. One `umask` call
+/// both sets and reads it (no `/proc` read each call); the caller holds [`CHECKING`], so two
+/// checks never take each other's value for the plugin's.
+fn restore_umask() -> Option<String> {
+    let expected = *UMASK.get()?;
+    // SAFETY: umask cannot fail and touches nothing but the process's mask.
+    let was = unsafe { libc::umask(expected) };
+    (was != expected).then(|| said_umask(was, expected))
+}
+
+fn said_umask(was: libc::mode_t, expected: libc::mode_t) -> String {
+    format!(
+        "the umask was set to {was:04o} from {expected:04o}, which changes the mode of every file and directory the daemon and every plugin make, for every episode"
+    )
 }
 
 /// What the change to `now` would have done, for the signals whose harm is not plain (a
@@ -629,7 +663,7 @@ mod tests {
                 "plugin rogue's execute (Rogue.Read)",
                 &["descriptor 2 (stderr) was closed".to_owned(), format!("SIGCHLD was set to ignored (SIG_IGN){}", why(libc::SIGCHLD, Disposition::IGNORE))]
             ),
-            "plugin code changed what the whole process relies on, found when plugin rogue's execute (Rogue.Read) returned: descriptor 2 (stderr) was closed; SIGCHLD was set to ignored (SIG_IGN), which makes the daemon's waits for its children (git, ailang) fail with ECHILD; the daemon put it back (a plugin must leave descriptors 0-2, signal dispositions and resource limits alone: docs/handler-authors.md §9)"
+            "plugin code changed what the whole process relies on, found when plugin rogue's execute (Rogue.Read) returned: descriptor 2 (stderr) was closed; SIGCHLD was set to ignored (SIG_IGN), which makes the daemon's waits for its children (git, ailang) fail with ECHILD; the daemon put it back (a plugin must leave descriptors 0-2, signal dispositions, resource limits and the umask alone: docs/handler-authors.md §9)"
         );
     }
 }

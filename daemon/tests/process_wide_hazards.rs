@@ -418,7 +418,7 @@ fn a_plugin_library_that_is_a_dangling_symlink_is_named_not_loadable() {
 /// `who` returned, with `changes`.
 fn restored_line(who: &str, changes: &str) -> String {
     format!(
-        " ERROR plugin code changed what the whole process relies on, found when {who} returned: {changes}; the daemon put it back (a plugin must leave descriptors 0-2, signal dispositions and resource limits alone: docs/handler-authors.md §9)"
+        " ERROR plugin code changed what the whole process relies on, found when {who} returned: {changes}; the daemon put it back (a plugin must leave descriptors 0-2, signal dispositions, resource limits and the umask alone: docs/handler-authors.md §9)"
     )
 }
 
@@ -811,6 +811,53 @@ fn a_resource_limit_lowered_by_plugin_code_is_put_back_and_the_plugin_named() {
             ),
         );
     }
+}
+
+/// The `Umask:` line of /proc/PID/status: the process's umask, in octal.
+fn umask_of(pid: u32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Umask:"))
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+/// A plugin's `umask(0777)` stayed for the daemon's life: another episode's Workspace write
+/// then made a `----------` file, and the directories the daemon makes 0700 were narrowed
+/// too. The umask noted at start is put back when the call returns, and the plugin named.
+#[test]
+fn a_umask_changed_by_plugin_code_is_put_back_and_the_plugin_named() {
+    let (d, token) = unruly_daemon(&[]);
+    let pid = d.child.id();
+    let before = umask_of(pid);
+    assert_ne!(before, "0777");
+    misbehave(&d, &token, "umask");
+    assert_eq!(umask_of(pid), before);
+    // Another episode's write makes a file with the mode the umask at start gives.
+    let other = d.session("ep2", &["Workspace.Write=worktree:5"]);
+    let wrote = call(
+        &d,
+        &other,
+        "ailang-write",
+        json!({"path": "b.txt", "content": "x"}),
+    );
+    assert_eq!(wrote["isError"], false, "{wrote}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(d.root().join("ep2/b.txt"))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    let umask = u32::from_str_radix(&before, 8).unwrap();
+    assert_eq!(mode & umask, 0, "b.txt is {mode:o} under umask {before}");
+    assert_ne!(mode, 0, "b.txt is {mode:o}");
+    stopped_after_one_put_back(
+        d,
+        "plugin unruly's execute (Unruly.Process)",
+        &format!("the umask was set to 0777 from {before}, which changes the mode of every file and directory the daemon and every plugin make, for every episode"),
+    );
 }
 
 /// SIGXFSZ's default action ends the process without a word: the daemon ignores it (a write past
