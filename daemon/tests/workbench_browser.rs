@@ -3616,3 +3616,86 @@ fn a_long_open_timeline_holds_at_most_2000_entries_and_loads_the_dropped_ones_ag
         Some("2012 shown of 2012 loaded · entries 1–2012 scanned")
     );
 }
+
+/// Load older entries raced the 2,000-entry window: entries the live log brought while its
+/// request was out dropped the oldest held (12 and 13) and moved the scanned range up, then the
+/// answer (0–11) set it back down to 0. The timeline lacked 12 and 13 for good while saying
+/// `entries 0–2013 scanned`, with Load older entries hidden. The request is held by a proxy
+/// while two calls commit.
+#[test]
+fn entries_arriving_while_load_older_entries_is_out_leave_no_gap_in_the_timeline() {
+    let Some(b) = Browser::start_or_skip(
+        "entries_arriving_while_load_older_entries_is_out_leave_no_gap_in_the_timeline",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let d = Daemon::start(WS, &[]);
+    let ep1 = d.session("ep1", &["Workspace.Read=worktree:3000"]);
+    let ops = d.operator_session("ops", &[]);
+    std::fs::write(d.root().join("ep1/a.txt"), "a\n").unwrap();
+    call_read_recorded(&d, &ep1, "a.txt"); // 1
+    let proxy = HoldProxy::start(&d.addr);
+    b.goto(&proxy.url("/workbench#log"));
+    sign_in_here(&b, &ops);
+    b.wait_for_element("#entries li[data-index='1']");
+    // 2,010 entries arrive live: entries 2–2011, of which the newest 2,000 are held.
+    for _ in 2..=2011 {
+        call_read_recorded(&d, &ep1, "a.txt");
+    }
+    wait_long(&b, "entry 2011 in the timeline", 120, |b| {
+        b.try_find("#entries li[data-index='2011']")
+    });
+    // The rows listed: how many, the first, the last, and the indices missing between them
+    // (or out of order).
+    let rows = || {
+        b.exec(
+            "const rows = [...document.querySelectorAll('#entries li')].map((li) => Number(li.dataset.index)); \
+             const missing = []; \
+             for (let k = 1; k < rows.length; k++) \
+               for (let i = rows[k - 1] - 1; i !== rows[k] && i >= 0; i--) missing.push(i); \
+             return [rows.length, rows[0], rows.at(-1), missing]",
+            json!([]),
+        )
+    };
+    let older_hidden = || b.exec("return document.getElementById('older').hidden", json!([]));
+    let newest_first = |top: u64, bottom: u64| json!([top - bottom + 1, top, bottom, []]);
+    assert_eq!(rows(), newest_first(2011, 12));
+    assert_eq!(
+        b.text_of("#timeline-status").as_deref(),
+        Some("2000 shown of 2000 loaded · entries 12–2011 scanned")
+    );
+
+    // Load older entries asks for 0–11; two calls commit before it is answered.
+    proxy.hold("/v1/log/summaries?from=0", &ops);
+    b.click(&b.find("#older"));
+    proxy.wait_held();
+    call_read_recorded(&d, &ep1, "a.txt"); // 2012
+    call_read_recorded(&d, &ep1, "a.txt"); // 2013
+    b.wait_for_element("#entries li[data-index='2013']");
+    assert_eq!(rows(), newest_first(2013, 12), "nothing dropped mid-scan");
+    assert_eq!(
+        b.text_of("#timeline-status").as_deref(),
+        Some("2002 shown of 2002 loaded · entries 12–2013 scanned")
+    );
+    proxy.release();
+    b.wait_for_element("#entries li[data-index='0']");
+    let_the_page_act(&b);
+    assert_eq!(rows(), newest_first(2013, 0));
+    assert_eq!(
+        b.text_of("#timeline-status").as_deref(),
+        Some("2014 shown of 2014 loaded · entries 0–2013 scanned")
+    );
+    assert_eq!(older_hidden(), json!(true));
+
+    // The window holds all it had when the scan ended, and slides at that width.
+    call_read_recorded(&d, &ep1, "a.txt"); // 2014
+    b.wait_for_element("#entries li[data-index='2014']");
+    assert_eq!(rows(), newest_first(2014, 1));
+    assert_eq!(
+        b.text_of("#timeline-status").as_deref(),
+        Some("2014 shown of 2014 loaded · entries 1–2014 scanned")
+    );
+    assert_eq!(older_hidden(), json!(false));
+}

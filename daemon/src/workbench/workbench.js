@@ -684,9 +684,13 @@ function dropLoaded() {
 
 /**
  * Hold at most `state.window` entries: drop the oldest from the timeline and its list, and
- * scan from above them again, so Load older entries fetches them anew.
+ * scan from above them again, so Load older entries fetches them anew. Not while Load older
+ * entries is scanning: its request was built on the scanned range as it was, and would end
+ * below entries dropped meanwhile, leaving a gap it says it scanned. The scan widens the
+ * window to what it holds, or (failing) drops what overflows once it ends.
  */
 function dropOldest() {
+  if (state.scanning) return;
   const over = state.entries.size - state.window;
   if (over <= 0) return;
   const oldest = [...state.entries.keys()].sort((a, b) => a - b).slice(0, over);
@@ -780,7 +784,8 @@ async function scanOlder(first = PAGE) {
       // Another credential's page, or a page of a log since reloaded, is not this timeline's.
       if (!mine()) return;
       for (const s of [...page.items, ...damagedOf(page)]) remember(s);
-      // Asked for: held beside the newest, however many that makes.
+      // Asked for: held beside the newest, however many that makes (with those the stream
+      // brought while the request was out, none of which were dropped).
       state.window = Math.max(state.window, state.entries.size);
       state.scannedFrom = from;
       if (state.entries.size > had) break;
@@ -792,6 +797,8 @@ async function scanOlder(first = PAGE) {
   } catch (e) {
     if (!mine()) return;
     state.scanning = false;
+    // What the stream brought while the request was out was held: the window slides now.
+    dropOldest();
     renderTimeline();
     setText($("timeline-status"), `Could not load older entries: ${e.message}`);
   }
