@@ -46,7 +46,7 @@ fn a_daemon_whose_store_was_replaced_says_so_in_health_metrics_and_each_refusal(
     // Only lock.mdb went: the data file is where it was, and the operator is not sent to
     // rescue a deleted one.
     assert!(
-        d.log().contains("(lock.mdb is gone): it refuses new calls and writes nothing more, since what it wrote would go to files no path names; data.mdb is still the file it opened, so nothing it acknowledged is lost: stop it and start it again on the store at "),
+        d.log().contains("(lock.mdb is gone): it refuses new calls and writes nothing more, since what it wrote would go to files no path names; data.mdb is still the file it opened, but the store verbs (`worldd session mint`, `session revoke`, `doctor`, `backup`) refuse to open the store until it is restarted, since they would not share its write lock: stop it and start it again on the store at "),
         "{}",
         d.log()
     );

@@ -1170,6 +1170,16 @@ fn spawn_writer(writer: Writer, receiver: Receiver<Job>) -> Result<JoinHandle<()
 }
 
 impl Store {
+    /// Whether some process has the LMDB environment in `dir` open: holds LMDB's lock on its
+    /// `lock.mdb` (`false` where there is none). Asked before this process opens the store
+    /// (its own lock is not seen, and closing the file to ask would drop it): a verb about to
+    /// open a store writable beside a serving daemon that holds no such lock (its `lock.mdb`
+    /// removed while it served) would make a new one, and the two would not share LMDB's
+    /// write lock.
+    pub fn lock_file_held(dir: &Path) -> bool {
+        map::open_elsewhere(dir)
+    }
+
     /// Open (or with `options.create`, create) the store in `dir` with `layout`'s tables,
     /// upgrading an older version first and refusing an unknown one untouched. A new store is
     /// stamped with the layout's version.

@@ -134,12 +134,14 @@ impl Opened {
 
     /// The error logged once when the files at `dir` are no longer these (`what` says how).
     pub(super) fn replaced_message(&self, dir: &Path, what: &str) -> String {
-        // Only lock.mdb changed: every acknowledged call is in the data file still at the path,
-        // and only a restart is needed (another daemon could open the store beside this one).
+        // Only lock.mdb changed: the data file at the path is the one this daemon writes, but
+        // a process that opened the store since made its own lock.mdb, whose write lock is not
+        // this daemon's; the store verbs refuse to open it beside this daemon (what they wrote
+        // could be lost, or lose what it acknowledged), and only a restart mends that.
         let data_in_place = self.data.is_some() && id_of(&dir.join("data.mdb")) == self.data;
         let keep = match self.held_data_file() {
             _ if data_in_place => format!(
-                "data.mdb is still the file it opened, so nothing it acknowledged is lost: stop it and start it again on the store at {}",
+                "data.mdb is still the file it opened, but the store verbs (`worldd session mint`, `session revoke`, `doctor`, `backup`) refuse to open the store until it is restarted, since they would not share its write lock: stop it and start it again on the store at {}",
                 dir.display()
             ),
             Some(fd) => format!(

@@ -355,7 +355,9 @@ pub(super) fn existing_store_lock(db: &std::path::Path) -> Result<Option<std::fs
 
 /// Hold an exclusive, non-blocking `flock` on the store's data file for the daemon's lifetime.
 /// LMDB locks only `lock.mdb` (with `fcntl`, which `flock` does not meet). Other verbs (session
-/// mint, why, doctor) do not take it: LMDB serialises their writes.
+/// mint, why, doctor) do not take it: LMDB serialises their writes with the daemon's through
+/// the one `lock.mdb` they share, and a verb refuses to open the store where the daemon holds
+/// none ([`refuse_beside_lockless_daemon`]).
 pub(super) fn writer_lock(db: &std::path::Path) -> Result<std::fs::File, Failure> {
     let path = store_lock_file(db);
     let file = std::fs::File::open(&path).map_err(|e| {
@@ -384,4 +386,43 @@ pub(super) fn nobody_serves(db: &std::path::Path) -> bool {
         Ok(file) => matches!(flock::exclusive(&file), Ok(true)),
         Err(e) => e.kind() == std::io::ErrorKind::NotFound,
     }
+}
+
+/// How long a verb waits for a daemon that holds the store's data file to hold its `lock.mdb`
+/// too: a daemon starting takes the first a moment before it opens the store.
+const LOCK_FILE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Refuse a verb's writable open of the store in `db` while a daemon serves it (its `flock` on
+/// `data.mdb`) but no process holds LMDB's lock on its `lock.mdb` (removed, or replaced, while
+/// the daemon served): the verb's open would make a new `lock.mdb`, whose write lock is not the
+/// daemon's, and each would write over the other's pages (a mint or revoke reported done and
+/// then lost, a call the daemon acknowledged gone). Asked before the store is opened, so
+/// nothing is made or written.
+pub(super) fn refuse_beside_lockless_daemon(db: &std::path::Path) -> CliResult {
+    let until = std::time::Instant::now() + LOCK_FILE_WAIT;
+    loop {
+        if !another_serves(db) || broker_core::store::Store::lock_file_held(db) {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= until {
+            return Err(Failure::fatal(lockless_daemon(db)));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Whether another process than this one holds the daemon's `flock` on the store's data file
+/// (read from `/proc/locks`, as [`super::doctor::daemon_serves`] reads it): `quickstart` takes
+/// it itself before it mints into an existing store, which no daemon serves yet.
+fn another_serves(db: &std::path::Path) -> bool {
+    crate::proc_locks::exclusive_holder(&store_lock_file(db))
+        .is_some_and(|pid| pid != std::process::id().to_string())
+}
+
+/// [`refuse_beside_lockless_daemon`]'s refusal.
+fn lockless_daemon(db: &std::path::Path) -> String {
+    format!(
+        "the daemon serving {} lost its lock.mdb (removed or replaced while it served): this verb would write to the store without the daemon's write lock, and one of their writes would be lost; nothing was written: restart the daemon, then run this verb again",
+        db.display()
+    )
 }

@@ -381,6 +381,11 @@ pub fn open_to_read(db: &StoreDir) -> Result<Store, Failure> {
 fn open_with(db: &StoreDir, options: StoreOptions) -> Result<Store, Failure> {
     // As `serve` does: a store or plugin state another user could have written is refused.
     super::placement::refuse_loose_store(db).map_err(Failure::fatal)?;
+    // Before the open makes a `lock.mdb`: one beside a daemon that lost its own would not
+    // share its write lock (a read-only open makes none, and writes nothing).
+    if !options.read_only {
+        super::dir_locks::refuse_beside_lockless_daemon(db)?;
+    }
     Store::open(db, options).map_err(|e| match e {
         StoreError::NotFound(_) => match crate::backup::interrupted_copy(db) {
             // A backup's destination whose copy was cut short: the store is not there, and why.
