@@ -11,10 +11,10 @@ fn said(root: &std::path::Path, episode: &str) -> String {
     }
 }
 
-const R8: &str = "transition declares an effect this daemon has no handler for";
-
 /// A regular file, a FIFO or a socket where an episode's worktree should be is named as a file,
-/// as `session new` names it, not said not to exist (the operator sees it there with `ls`).
+/// as `session new` names it, not said not to exist (the operator sees it there with `ls`). The
+/// error names that cause alone: R8's text before it read as a missing plugin in the log (the
+/// A2A refusal, whose text the contract fixes, puts it back in front).
 #[test]
 fn a_file_fifo_or_socket_where_the_worktree_should_be_is_a_file_not_a_directory() {
     let tmp = tempfile::tempdir().unwrap();
@@ -29,7 +29,7 @@ fn a_file_fifo_or_socket_where_the_worktree_should_be_is_a_file_not_a_directory(
         assert_eq!(
             said(&root, episode),
             format!(
-                "{R8}: episode {episode}'s worktree is a file, not a directory: a worktree must be a directory in the workspace root (an operator removes the file {episode} there and puts the directory in its place)"
+                "episode {episode}'s worktree is a file, not a directory: a worktree must be a directory in the workspace root (an operator removes the file {episode} there and puts the directory in its place)"
             )
         );
     }
@@ -37,7 +37,7 @@ fn a_file_fifo_or_socket_where_the_worktree_should_be_is_a_file_not_a_directory(
     assert_eq!(
         said(&root, "absent"),
         format!(
-            "{R8}: episode absent's worktree does not exist: an operator creates it (the directory absent in the workspace root; worldd session new makes a worktree and a credential together, for an episode that has neither)"
+            "episode absent's worktree does not exist: an operator creates it (the directory absent in the workspace root; worldd session new makes a worktree and a credential together, for an episode that has neither)"
         )
     );
     std::fs::create_dir(root.join("dir")).unwrap();

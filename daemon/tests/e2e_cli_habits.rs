@@ -1997,7 +1997,6 @@ fn a_worktree_that_is_a_symlink_is_named_as_one_by_calls_session_new_and_mint() 
     std::os::unix::fs::symlink(&elsewhere, d.root().join("linked")).unwrap();
     let token = d.session_without_worktree("linked", &["Workspace.Read=worktree:5"]);
     let link = "episode linked's worktree is a symbolic link: a worktree must be a directory in the workspace root itself, which no link can redirect (an operator puts the directory linked there in place of the link)";
-    let because = format!("transition declares an effect this daemon has no handler for: {link}");
     let v = get(&d.url("/v1/handlers"), Some(&token)).json();
     assert_eq!(
         v["tools"],
@@ -2011,7 +2010,7 @@ fn a_worktree_that_is_a_symlink_is_named_as_one_by_calls_session_new_and_mint() 
         json!({"name": "ailang-read", "arguments": {"path": "a.txt"}}),
     );
     assert_eq!(a.json()["error"]["message"], "host callback failed");
-    d.wait_for_log(&format!("mcp tools/call: host callback failed: {because}"));
+    d.wait_for_log(&format!("mcp tools/call: host callback failed: {link}"));
 
     let (db, root) = (d.db(), d.root());
     let (code, shown) = at_terminal(

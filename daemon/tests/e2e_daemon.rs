@@ -1929,6 +1929,6 @@ fn a_call_refused_for_a_missing_worktree_is_logged_as_that_not_as_a_missing_hand
         a.json()
     };
     assert_eq!(v["error"]["message"], "host callback failed", "{v}");
-    d.wait_for_log("mcp tools/call: host callback failed: transition declares an effect this daemon has no handler for: episode nowhere's worktree does not exist: an operator creates it (the directory nowhere in the workspace root;");
+    d.wait_for_log("mcp tools/call: host callback failed: episode nowhere's worktree does not exist: an operator creates it (the directory nowhere in the workspace root;");
     d.wait_for_log("outcome=no_handler");
 }

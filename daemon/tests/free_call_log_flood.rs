@@ -70,7 +70,7 @@ fn calls_that_store_nothing_write_a_bounded_number_of_log_lines_and_are_all_coun
     );
     assert!(
         lines.iter().any(|l| l.contains(
-            "mcp tools/call: host callback failed: transition declares an effect this daemon has no handler for: episode nowhere's worktree does not exist"
+            "mcp tools/call: host callback failed: episode nowhere's worktree does not exist"
         )),
         "{}",
         lines.join("\n")

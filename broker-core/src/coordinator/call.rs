@@ -182,7 +182,10 @@ pub enum CallError {
     /// Rule R8 for a worktree-scoped effect: the handler is loaded, but the episode has no
     /// worktree (no directory named for it in the workspace root, or a symbolic link, a file,
     /// a FIFO or a socket there); the text says which ([`crate::coordinator::worktree_of`]).
-    #[error("{R8_MESSAGE}: {0}")]
+    /// It names that cause alone: R8's text before it sent operators reading the log looking
+    /// for a missing plugin. The A2A refusal, whose text the contract fixes (R8's), puts R8's
+    /// text before it.
+    #[error("{0}")]
     NoWorktree(String),
     #[error("no world is selected; commit a genesis world first")]
     NoWorld,

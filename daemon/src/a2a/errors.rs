@@ -5,7 +5,7 @@
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use broker_core::coordinator::CallError;
+use broker_core::coordinator::{CallError, R8_MESSAGE};
 use broker_core::session::AuthError;
 use broker_core::store::StoreError;
 use serde_json::{json, Value};
@@ -211,6 +211,9 @@ pub(super) fn error_text(f: InvokeFailure) -> (i64, String) {
                 CallError::NoTimeToStart | CallError::NotStarted | CallError::PreflightTimedOut => {
                     "invocation exceeded its deadline".to_owned()
                 }
+                // The contract's R8 text, then the cause (the error itself names the cause alone,
+                // as the operator's log takes it).
+                CallError::NoWorktree(why) => format!("{R8_MESSAGE}: {why}"),
                 // A resend: its task id is used for good, which the agent must know to move on.
                 CallError::Withdrawn => "task id already used: its call was withdrawn at its deadline (its handler was never started): nothing ran and nothing was spent; send it again as a new task".to_owned(),
                 // No room to write: the store-full text; the log says "disk full" or the map size.
