@@ -165,8 +165,8 @@ pub fn runnable(state: &AppState, session: &Session, t: &Transition) -> Runnable
     if let (true, Some(root)) = (needs_worktree, state.coordinator().workspace_root()) {
         if let Err(missing) = worktree_of(root, &session.episode) {
             // What an operator does, which is not `session new` for an episode that already
-            // has its credential; the coordinator's refusal puts R8's text before it, the
-            // reason here a lead-in of its own.
+            // has its credential; A2A's refusal of a call puts R8's text before it (the seed's
+            // words), the reason here a lead-in of its own.
             return Runnable::NoWorktree(match missing {
                 CallError::NoWorktree(why) => why,
                 other => other.to_string(),
