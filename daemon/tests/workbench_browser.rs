@@ -1689,6 +1689,8 @@ struct Held {
     answered: usize,
     /// Let the held answers go.
     open: bool,
+    /// Pass this on instead of the daemon's answer.
+    instead: Option<Vec<u8>>,
 }
 
 /// A loopback proxy in front of the daemon that keeps the daemon's answer to the requests its
@@ -1745,9 +1747,19 @@ impl HoldProxy {
 
     /// Pass the held answers on, and wait until they are written to the page.
     fn release(&self) {
+        self.answer(None);
+    }
+
+    /// Pass `answer` on instead of the held answers, and wait until it is written to the page.
+    fn release_instead(&self, answer: &str) {
+        self.answer(Some(answer.as_bytes().to_vec()));
+    }
+
+    fn answer(&self, instead: Option<Vec<u8>>) {
         let (lock, cv) = &*self.held;
         let mut held = lock.lock().unwrap();
         held.open = true;
+        held.instead = instead;
         cv.notify_all();
         let (_guard, timeout) = cv
             .wait_timeout_while(held, webdriver::WAIT, |h| h.answered < h.waiting)
@@ -1796,7 +1808,7 @@ fn hold_one(
     h.waiting += 1;
     cv.notify_all();
     let mut h = cv.wait_while(h, |h| !h.open).unwrap();
-    let written = client.write_all(&answer);
+    let written = client.write_all(h.instead.as_deref().unwrap_or(&answer));
     h.answered += 1;
     cv.notify_all();
     written
@@ -3698,4 +3710,41 @@ fn entries_arriving_while_load_older_entries_is_out_leave_no_gap_in_the_timeline
         Some("2014 shown of 2014 loaded · entries 1–2014 scanned")
     );
     assert_eq!(older_hidden(), json!(false));
+
+    // A scan that fails: what arrived while it was out was held, and the window slides once it
+    // ends (1 and 2 dropped, the scanned range from 3).
+    proxy.hold("/v1/log/summaries?from=0", &ops);
+    b.click(&b.find("#older"));
+    proxy.wait_held();
+    call_read_recorded(&d, &ep1, "a.txt"); // 2015
+    call_read_recorded(&d, &ep1, "a.txt"); // 2016
+    b.wait_for_element("#entries li[data-index='2016']");
+    assert_eq!(rows(), newest_first(2016, 1), "nothing dropped mid-scan");
+    let failed = r#"{"error":{"class":"Internal","message":"held back"}}"#;
+    proxy.release_instead(&format!(
+        "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{failed}",
+        failed.len()
+    ));
+    b.wait_for("the failed scan said", |b| {
+        b.text_of("#timeline-status")
+            .filter(|t| t.starts_with("Could not load older entries"))
+    });
+    assert_eq!(
+        b.text_of("#timeline-status").as_deref(),
+        Some("Could not load older entries: HTTP 500 Internal: held back")
+    );
+    assert_eq!(rows(), newest_first(2016, 3));
+    assert_eq!(older_hidden(), json!(false));
+    // Loaded again, with nothing held: the whole log, with no gap.
+    proxy.hold("/nothing", &ops); // no request goes there
+    b.click(&b.find("#older"));
+    b.wait_for_element("#entries li[data-index='0']");
+    let_the_page_act(&b);
+    assert_eq!(rows(), newest_first(2016, 0));
+    assert_eq!(
+        b.text_of("#timeline-status").as_deref(),
+        Some("2017 shown of 2017 loaded · entries 0–2016 scanned")
+    );
+    assert_eq!(older_hidden(), json!(true));
 }
