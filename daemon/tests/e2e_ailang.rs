@@ -561,7 +561,10 @@ fn the_ailang_page_is_what_the_plugin_writes_and_says() {
     // examples-search without a corpus: the page's refusal, whole.
     let out = call(&d, &token, "e1", "examples-search", json!({"query": "x"}));
     let refused = out["refused"].as_str().unwrap().to_owned();
-    quoted(&page, &format!("{{\"ok\": false, \"refused\": \"{refused}\"}}"));
+    quoted(
+        &page,
+        &format!("{{\"ok\": false, \"refused\": \"{refused}\"}}"),
+    );
     drop(d);
 
     // The refusals the configuration section quotes.
