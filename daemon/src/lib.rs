@@ -19,6 +19,7 @@
 //! | [`memory`] | handing freed heap back to the kernel once a burst of large requests is over |
 //! | [`quota`] | per-key caps (a credential's share of the answer budget, an episode's log streams) |
 //! | [`server`] | the axum router and graceful shutdown |
+//! | `fork_guard` | in a child that plugin code forks without `exec`: the daemon's listener, store files and locks put over with `/dev/null`, its shutdown signals back to their default |
 //! | [`service_manager`] | `READY=1` and `STOPPING=1` for a service manager that asked (`$NOTIFY_SOCKET`, systemd's `Type=notify`) |
 //! | [`durable_answers`] | an answer waits until every snapshot it read is durable |
 //! | [`mcp`] | `POST /mcp/` |
@@ -82,6 +83,7 @@ mod exit_guard;
 pub mod extract;
 pub mod fallback;
 mod flock;
+mod fork_guard;
 pub mod invalid_params;
 pub mod json_bounds;
 mod json_numbers;

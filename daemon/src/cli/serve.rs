@@ -658,6 +658,17 @@ fn start(a: &ServeArgs, launch: Launch) -> Result<(Ready, Held), Failure> {
         };
         // Neither inside another daemon's root or store, nor holding one (see there).
         let above = lock_ancestors(&settings.db, &settings.workspace_root)?;
+        // Before any plugin code runs (its constructor may fork): in a child it forks without
+        // exec, these and the store's files (the guard finds them) are put over with /dev/null.
+        crate::fork_guard::arm(
+            &db_at,
+            std::iter::once(&lock)
+                .chain(&root_lock)
+                .chain(&above)
+                .chain(&fresh.store_dir)
+                .map(std::os::fd::AsFd::as_fd)
+                .chain([std::os::fd::AsFd::as_fd(&listener)]),
+        );
         store.report_indeterminate_each();
         // Reader slots of killed readers cleared, a replaced store seen, while it serves.
         store
@@ -677,6 +688,7 @@ fn start(a: &ServeArgs, launch: Launch) -> Result<(Ready, Held), Failure> {
             .map(|p| p.manifest.name.clone())
             .collect();
         let state_locks = lock_state_dirs(&opts, &started)?;
+        crate::fork_guard::arm(&db_at, state_locks.iter().map(std::os::fd::AsFd::as_fd));
         crate::descriptors::keep_from_programs();
         Ok((store, (lock, root_lock, state_locks, above), set))
     })();
