@@ -42,14 +42,89 @@ struct Slot {
     ino: AtomicU64,
 }
 
-#[allow(clippy::declare_interior_mutable_const)] // only the initialiser of `SLOTS`
+#[allow(clippy::declare_interior_mutable_const)] // only the initialiser of the registry's slots
 const FREE: Slot = Slot {
     fd: AtomicI32::new(-1),
     dev: AtomicU64::new(0),
     ino: AtomicU64::new(0),
 };
 
-static SLOTS: [Slot; CAPACITY] = [FREE; CAPACITY];
+/// The registered descriptors: a fixed table, since the child handler may not allocate.
+struct Registry<const N: usize> {
+    slots: [Slot; N],
+    /// The table was full once: said once.
+    full_said: AtomicBool,
+}
+
+impl<const N: usize> Registry<N> {
+    const fn new() -> Self {
+        Registry {
+            slots: [FREE; N],
+            full_said: AtomicBool::new(false),
+        }
+    }
+
+    /// Put `fd` in the table with the file it names now, unless it is there already; `false`
+    /// when the table is full (said once in the log) and `fd` stays open in forked children.
+    fn register(&self, fd: RawFd) -> bool {
+        let Some((dev, ino)) = file_of(fd) else {
+            return true;
+        };
+        let same = |slot: &Slot| {
+            slot.dev.load(Ordering::Relaxed) == dev && slot.ino.load(Ordering::Relaxed) == ino
+        };
+        // The number again, for another file (closed and reused since): that slot is taken
+        // over.
+        let slot = match self
+            .slots
+            .iter()
+            .find(|slot| slot.fd.load(Ordering::Acquire) == fd)
+        {
+            Some(slot) if same(slot) => return true,
+            Some(slot) => slot,
+            None => match self
+                .slots
+                .iter()
+                .find(|slot| slot.fd.load(Ordering::Acquire) < 0)
+            {
+                Some(slot) => slot,
+                None => {
+                    if !self.full_said.swap(true, Ordering::Relaxed) {
+                        tracing::warn!("more than {N} descriptors of the daemon's: a process plugin code forks keeps the ones past that");
+                    }
+                    return false;
+                }
+            },
+        };
+        slot.fd.store(-1, Ordering::Release);
+        slot.dev.store(dev, Ordering::Relaxed);
+        slot.ino.store(ino, Ordering::Relaxed);
+        slot.fd.store(fd, Ordering::Release);
+        true
+    }
+
+    /// In a forked child: put `null` over every registered descriptor that still names its
+    /// file. Async-signal-safe: atomic reads, `fstat` and `dup3`.
+    fn cover(&self, null: RawFd) {
+        for slot in &self.slots {
+            let fd = slot.fd.load(Ordering::Acquire);
+            if fd < 0 {
+                continue;
+            }
+            let file = (
+                slot.dev.load(Ordering::Relaxed),
+                slot.ino.load(Ordering::Relaxed),
+            );
+            if file_of(fd) == Some(file) {
+                // SAFETY: dup3 onto a descriptor of this (child) process that names the
+                // daemon's file; it keeps the number open, on /dev/null, close-on-exec.
+                unsafe { libc::dup3(null, fd, libc::O_CLOEXEC) };
+            }
+        }
+    }
+}
+
+static REGISTRY: Registry<CAPACITY> = Registry::new();
 
 /// `/dev/null`, opened read-write and close-on-exec when first armed; `-1` before.
 static DEV_NULL: AtomicI32 = AtomicI32::new(-1);
@@ -58,9 +133,6 @@ static DEV_NULL: AtomicI32 = AtomicI32::new(-1);
 static REGISTERING: Mutex<()> = Mutex::new(());
 
 static HANDLER: Once = Once::new();
-
-/// The registry was full once: said once.
-static FULL_SAID: AtomicBool = AtomicBool::new(false);
 
 /// The signals the daemon catches for its runtime, which a forked child cannot answer.
 const SHUTDOWN_SIGNALS: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
@@ -101,7 +173,7 @@ pub fn arm<'a>(store: &Path, held: impl IntoIterator<Item = BorrowedFd<'a>>) {
     let mut fds: Vec<RawFd> = held.into_iter().map(|fd| fd.as_raw_fd()).collect();
     fds.extend(store_descriptors(store));
     for fd in fds {
-        register(fd);
+        REGISTRY.register(fd);
     }
 }
 
@@ -116,40 +188,6 @@ fn file_of(fd: RawFd) -> Option<(u64, u64)> {
     let st = unsafe { st.assume_init() };
     #[allow(clippy::unnecessary_cast)] // their widths differ between targets
     Some((st.st_dev as u64, st.st_ino as u64))
-}
-
-/// Put `fd` in the registry with the file it names now, unless it is there already.
-fn register(fd: RawFd) {
-    let Some((dev, ino)) = file_of(fd) else {
-        return;
-    };
-    let same = |slot: &Slot| {
-        slot.dev.load(Ordering::Relaxed) == dev && slot.ino.load(Ordering::Relaxed) == ino
-    };
-    // The number again, for another file (closed and reused since): that slot is taken over.
-    let slot = match SLOTS
-        .iter()
-        .find(|slot| slot.fd.load(Ordering::Acquire) == fd)
-    {
-        Some(slot) if same(slot) => return,
-        Some(slot) => slot,
-        None => match SLOTS
-            .iter()
-            .find(|slot| slot.fd.load(Ordering::Acquire) < 0)
-        {
-            Some(slot) => slot,
-            None => {
-                if !FULL_SAID.swap(true, Ordering::Relaxed) {
-                    tracing::warn!("more than {CAPACITY} descriptors of the daemon's: a process plugin code forks keeps the ones past that");
-                }
-                return;
-            }
-        },
-    };
-    slot.fd.store(-1, Ordering::Release);
-    slot.dev.store(dev, Ordering::Relaxed);
-    slot.ino.store(ino, Ordering::Relaxed);
-    slot.fd.store(fd, Ordering::Release);
 }
 
 /// Every descriptor this process has open on the store directory, its `data.mdb` or its
@@ -186,21 +224,7 @@ extern "C" fn in_child() {
     if null < 0 {
         return;
     }
-    for slot in &SLOTS {
-        let fd = slot.fd.load(Ordering::Acquire);
-        if fd < 0 {
-            continue;
-        }
-        let file = (
-            slot.dev.load(Ordering::Relaxed),
-            slot.ino.load(Ordering::Relaxed),
-        );
-        if file_of(fd) == Some(file) {
-            // SAFETY: dup3 onto a descriptor of this (child) process that names the daemon's
-            // file; it keeps the number open, on /dev/null, close-on-exec.
-            unsafe { libc::dup3(null, fd, libc::O_CLOEXEC) };
-        }
-    }
+    REGISTRY.cover(null);
     for signal in SHUTDOWN_SIGNALS {
         // SAFETY: sigaction reads, then sets, the disposition of one signal of this child;
         // both structs are zeroed (valid) and owned here.
@@ -257,5 +281,28 @@ mod tests {
         assert!(libc::WIFEXITED(status));
         assert_eq!(libc::WEXITSTATUS(status), 0, "1: registered, 2: other");
         assert_ne!(file_of(held_fd), Some(null));
+    }
+
+    /// The table holds as many descriptors as it has slots: one more is refused (and stays
+    /// open in a forked child), while one already there, or a number reused for another file,
+    /// takes no new slot.
+    #[test]
+    fn a_full_table_refuses_one_more_descriptor_and_keeps_what_it_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let files: Vec<std::fs::File> = (0..3)
+            .map(|i| std::fs::File::create(dir.path().join(i.to_string())).unwrap())
+            .collect();
+        let table = Registry::<2>::new();
+        assert!(table.register(files[0].as_raw_fd()));
+        assert!(table.register(files[1].as_raw_fd()));
+        assert!(table.register(files[0].as_raw_fd()), "already held");
+        assert!(!table.register(files[2].as_raw_fd()), "past the capacity");
+        assert!(table.full_said.load(Ordering::Relaxed));
+        let held: Vec<RawFd> = table
+            .slots
+            .iter()
+            .map(|slot| slot.fd.load(Ordering::Relaxed))
+            .collect();
+        assert_eq!(held, [files[0].as_raw_fd(), files[1].as_raw_fd()]);
     }
 }
