@@ -132,3 +132,48 @@ fn quickstart_on_an_existing_store_is_not_taken_for_a_daemon_that_lost_its_lock_
     assert_eq!(code, 1, "{shown}");
     assert!(!dir.path().join("worktrees/fresh").exists());
 }
+
+/// `quickstart --print-only` takes no lock, and reusing the live credential in its `--dir`
+/// opened the store directly: beside a daemon that lost its lock.mdb it made a new one and
+/// printed the configuration. It is refused as the other store verbs are, making nothing.
+#[test]
+fn quickstart_print_only_reusing_a_credential_is_refused_beside_a_daemon_that_lost_its_lock_file() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("k8", &["Workspace.Read=worktree:100"]);
+    let file = d.session_file("k8", &token);
+    let db = d.db();
+    let dir = db.parent().unwrap().to_path_buf();
+    std::fs::remove_file(db.join("lock.mdb")).unwrap();
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = free.local_addr().unwrap().port();
+    drop(free);
+    let bind = format!("127.0.0.1:{port}");
+    let (code, out, err) = worldd(
+        &[
+            "quickstart",
+            "--dir",
+            path_str(&dir),
+            "--episode",
+            "k8",
+            "--bind",
+            &bind,
+            "--print-only",
+        ],
+        None,
+    );
+    let refusal = format!(
+        "worldd: the daemon serving {} lost its lock.mdb (removed or replaced while it served): this verb would write to the store without the daemon's write lock, and one of their writes would be lost; nothing was written: restart the daemon, then run this verb again\n",
+        db.display()
+    );
+    assert_eq!(
+        (code, out.as_str(), err.as_str()),
+        (2, "", refusal.as_str())
+    );
+    assert!(!db.join("lock.mdb").exists());
+    // The credential file is left as it was.
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        format!("{token}\n")
+    );
+    drop(d);
+}

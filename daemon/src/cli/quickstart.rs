@@ -138,7 +138,7 @@ pub fn run(mut a: QuickstartArgs) -> CliResult {
     // Checked and asked before anything is made, as `session new` does: a question left
     // unanswered (Ctrl-C, a closed terminal, a killed process) leaves nothing behind.
     let store_dir = super::StoreDir::from(db.clone());
-    let minting = if let Some(reused) = live_credential(&db, &token_file, &a.episode)? {
+    let minting = if let Some(reused) = live_credential(&store_dir, &token_file, &a.episode)? {
         reused.say(&token_file, &a.episode, a.budget);
         None
     } else {
@@ -280,8 +280,12 @@ impl Reused {
 /// a live operator credential there (`.world/ops.session`, as operators.md names one) or
 /// another episode's was printed into the agent's configuration as it was, and an operator
 /// credential reads every episode. Such a file is refused, nothing made or printed.
+/// The store is opened as `session mint` opens it ([`super::session::open_existing`]), so a
+/// store it would refuse (beside a daemon that lost its `lock.mdb`, say) is refused here too,
+/// `--print-only` included, before its open makes a `lock.mdb`; the mint that follows a
+/// credential not reused would say the same.
 fn live_credential(
-    db: &std::path::Path,
+    db: &super::StoreDir,
     token_file: &std::path::Path,
     episode: &str,
 ) -> Result<Option<Reused>, Failure> {
@@ -292,9 +296,11 @@ fn live_credential(
     ) else {
         return Ok(None);
     };
-    let Ok(store) = broker_core::store::Store::open(db, Default::default()) else {
+    // No store yet: no credential in it (the mint makes one).
+    if !db.join("data.mdb").is_file() {
         return Ok(None);
-    };
+    }
+    let store = super::session::open_existing(db)?;
     let id = broker_core::session::credential_id(super::input::credential(&token));
     let session = match broker_core::session::lookup(&store, &id) {
         Ok(Some(s)) if s.is_valid(super::now()) => s,
@@ -452,9 +458,14 @@ fn check_can_make(path: &Path) -> CliResult {
 /// Whether the store at `db` holds no session record. This run's own credential is revoked
 /// (its record gone) when it could not be delivered, so a record left is another run's: a
 /// quickstart on the same `--dir` that minted into this store after it was made. A store that
-/// does not open holds none a client could use.
+/// does not open holds none a client could use, unless a daemon serves it: one started on it
+/// since is its own (its open here is refused when that daemon lost its `lock.mdb`, and would
+/// otherwise make one beside it).
 fn holds_no_credential(db: &Path) -> bool {
-    let Ok(store) = broker_core::store::Store::open(db, Default::default()) else {
+    if super::doctor::daemon_serves(db) {
+        return false;
+    }
+    let Ok(store) = super::session::open_existing(&super::StoreDir::from(db.to_path_buf())) else {
         return true;
     };
     broker_core::session::list(&store).is_ok_and(|l| l.sessions.is_empty() && l.damaged.is_empty())
