@@ -138,4 +138,28 @@ mod tests {
             assert_eq!((slot, name), (i, TABLES[i]));
         }
     }
+
+    /// `docs/data-model.md` §8.1–§8.2 give the schema version and how many named databases the
+    /// store uses: the tables here plus the storage layer's `meta`.
+    #[test]
+    fn the_data_model_page_gives_the_schema_and_its_tables() {
+        use crate::storage::META_TABLE;
+        let page = include_str!("../../docs/data-model.md");
+        let page = page.split_whitespace().collect::<Vec<_>>().join(" ");
+        let tables = TABLES.len();
+        let used = tables + 1;
+        for said in [
+            format!(
+                "| named databases | up to 32 ({used} used: the {tables} tables of §8.2 and `{META_TABLE}`) |"
+            ),
+            format!("### 8.2 Named databases Schema {SCHEMA_VERSION}. "),
+            format!("| `meta` | `schema_version` | ASCII decimal, `{SCHEMA_VERSION}` |"),
+            format!("`meta[\"schema_version\"]` is `{SCHEMA_VERSION}` for this build"),
+        ] {
+            assert!(
+                page.contains(&said),
+                "docs/data-model.md §8 should say {said:?}"
+            );
+        }
+    }
 }
