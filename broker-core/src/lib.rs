@@ -13,10 +13,12 @@
 //! | sessions, grants, the broker's decision | [`session`], [`grant`], [`broker`] |
 //! | durable intents and outcomes, task ids | [`journal`], [`task`] |
 //! | the world's store over the storage layer (typed tables, one group-committing writer), the hash-chained log | [`store`], [`log`] |
-//! | the store's schema-1 → schema-2 migration, a page census for profiling the writer | [`migrate`], [`pages`] |
+//! | the store's migration (schema 1 → 6; 2–5 → 6 by the version alone), a page census for profiling the writer | [`migrate`], [`pages`] |
 //! | how full the store may get; what refusals cost; who reads what | [`capacity`], [`refusal_rate`], [`access`] |
 //! | following the log live: a signal after each durable commit | [`commit_signal`] |
-//! | plan → admit → execute → finish → commit | [`coordinator`] |
+//! | plan → admit → execute → finish → commit; a handler run under its deadline | [`coordinator`], [`deadline`] |
+//! | what each episode holds in the store, by bytes | [`holdings`] |
+//! | text a terminal shows as it is written (stored strings shown to an operator) | [`plain_text`] |
 //! | client-built commits and `rest:` receipts | [`commit`] |
 //! | re-verify any call's provenance (`worldd why`) | [`verify`] |
 //!
@@ -83,9 +85,13 @@
 //!
 //! - Every commit recomputes the entry hash, the world ref, index continuity and the
 //!   `prevEntryHash` link ([`log`]).
-//! - An effect's intent and the spend it causes are durable before the handler runs; spend
-//!   always equals the sum of intents; an intent without an outcome is indeterminate and never
-//!   re-run ([`journal`]).
+//! - An effect's intent and the spend it causes are durable before the handler runs, except
+//!   an effect that only reads when this coordinator is its store's only spender: it runs while
+//!   its intent is on its way to the disk, and is answered only once both are durable
+//!   ([`coordinator::CoordinatorConfig::sole_spender`]). Spend always equals the sum of the
+//!   intents not withdrawn (an intent whose handler was never started is withdrawn and gives
+//!   its units back); an intent without an outcome is indeterminate and never re-run
+//!   ([`journal`]).
 //! - Bad input anywhere in the public API is a typed error, never a panic.
 //!
 //! # Features

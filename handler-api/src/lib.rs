@@ -103,6 +103,8 @@
 //!   `{"status":"failed","message":"…"}` |
 //!   `{"status":"indeterminate","message":"…"}`.
 //! - [`FinishInput`] `{"args": {…}, "output": {…}}` → a finish output object.
+//! - A [`Preflight`] decline: the declining answer object
+//!   (`{"ok":false,"refused":"…",…}`); no text at all means proceed.
 //!
 //! # Effect classes
 //!
@@ -134,7 +136,10 @@
 //! process when it does. [`export_plugin!`] wraps every entry in
 //! [`std::panic::catch_unwind`]: a panic in `execute` becomes
 //! `failed("handler panicked: <message>")`, in `new`/`finish` an error, in
-//! `manifest` a load failure. A malformed request becomes `failed` too.
+//! `manifest` a load failure. A malformed request becomes `failed` too. A
+//! panic in `preflight`, or a request it cannot read, counts as
+//! [`Preflight::Proceed`]: preflight may only spare budget, and `execute`
+//! answers for everything.
 //! Handler state a panic interrupted is not rolled back, so still avoid
 //! panicking on input. Building with `panic = "abort"` disables all of this.
 //!
@@ -236,7 +241,7 @@ pub mod __private {
 /// Use it once, at the top level of a `cdylib` crate: `export_plugin!(MyPlugin);`.
 /// It emits the static abi_stable's loader looks up, whose constructor returns
 /// [`plugin_module::<MyPlugin>()`](plugin_module). Every entry of that module
-/// (manifest, new_handler, execute, finish) catches panics; see the crate
+/// (manifest, new_handler, preflight, execute, finish) catches panics; see the crate
 /// docs. The plugin crate needs no direct abi_stable dependency.
 #[macro_export]
 macro_rules! export_plugin {

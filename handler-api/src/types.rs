@@ -140,12 +140,14 @@ pub enum Outcome {
     },
     /// The effect did not complete.
     Failed {
-        /// Why, for the operator and the effect record.
+        /// Why, for the daemon's log (`effect failed: …`, cut at 4096 bytes); no stored
+        /// object keeps it, only the status.
         message: String,
     },
     /// Nobody can tell whether the effect happened.
     Indeterminate {
-        /// Why, for the operator and the effect record.
+        /// Why, for the daemon's log (`effect indeterminate: …`, cut at 4096 bytes); no
+        /// stored object keeps it, only the status.
         message: String,
     },
 }
