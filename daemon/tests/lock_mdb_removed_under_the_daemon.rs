@@ -177,3 +177,64 @@ fn quickstart_print_only_reusing_a_credential_is_refused_beside_a_daemon_that_lo
     );
     drop(d);
 }
+
+/// The verbs' refusal line for the store in `db`.
+fn refusal(db: &std::path::Path) -> String {
+    format!(
+        "worldd: the daemon serving {} lost its lock.mdb (removed or replaced while it served): this verb would write to the store without the daemon's write lock, and one of their writes would be lost; nothing was written: restart the daemon, then run this verb again\n",
+        db.display()
+    )
+}
+
+/// A re-run `quickstart` holds the daemon's lock on the data file for seconds (its plugin
+/// trial) before it opens the store: a verb run meanwhile was refused as if a daemon had lost
+/// its lock.mdb. The lock's holder maps no file of the store, so the verb goes on. This test
+/// process takes the lock, as quickstart does, without opening the store.
+#[test]
+fn a_verb_beside_a_lock_holder_that_has_not_opened_the_store_goes_on() {
+    let dir = store_where_spent_three_reads("demo");
+    let db = dir.path().join("db");
+    let data = std::fs::File::open(db.join("data.mdb")).unwrap();
+    data.try_lock().unwrap();
+    let (code, out, err) = worldd(&["session", "list", "--json", "--db", path_str(&db)], None);
+    assert_eq!((code, err.as_str()), (0, ""), "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v.as_array().unwrap()[0]["episode"], "demo", "{out}");
+    drop(data);
+}
+
+/// Once the daemon's lock.mdb is removed, another process that made and holds a new one (a
+/// verb let through just before the removal, `mdb_stat`, an older worldd) does not let the
+/// verbs through: their write lock would be that process's, still not the daemon's.
+#[test]
+fn a_lock_file_another_process_made_after_the_removal_does_not_let_the_verbs_through() {
+    let d = Daemon::start(WS, &[]);
+    d.session("k9", &["Workspace.Read=worktree:100"]);
+    let db = d.db();
+    std::fs::remove_file(db.join("lock.mdb")).unwrap();
+    // This test process opens the store: a new lock.mdb, held by it.
+    // SAFETY: the environment is only opened (LMDB's lock taken), never read or written, and
+    // dropped before the daemon restarts.
+    let env = unsafe { heed::EnvOpenOptions::new().max_dbs(32).open(&db).unwrap() };
+    assert!(db.join("lock.mdb").exists());
+    let (code, out, err) = worldd(
+        &[
+            "session",
+            "revoke",
+            "--episode",
+            "k9",
+            "--db",
+            path_str(&db),
+        ],
+        None,
+    );
+    assert_eq!(
+        (code, out.as_str(), err.as_str()),
+        (2, "", refusal(&db).as_str())
+    );
+    drop(env);
+    // Nothing was revoked: restarted, the daemon still lists the credential.
+    let d = d.restart(WS, &[]);
+    assert_eq!(listed(&db), ["k9"]);
+    drop(d);
+}

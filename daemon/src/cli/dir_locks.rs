@@ -388,20 +388,81 @@ pub(super) fn nobody_serves(db: &std::path::Path) -> bool {
     }
 }
 
-/// How long a verb waits for a daemon that holds the store's data file to hold its `lock.mdb`
-/// too: a daemon starting takes the first a moment before it opens the store.
+/// How long [`refuse_beside_lockless_daemon`] waits, where it cannot read the daemon's
+/// mappings, for a daemon that holds the store's data file to hold its `lock.mdb` too: a
+/// daemon starting takes the first a moment before it opens the store.
 const LOCK_FILE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Refuse a verb's writable open of the store in `db` while a daemon serves it (its `flock` on
-/// `data.mdb`) but no process holds LMDB's lock on its `lock.mdb` (removed, or replaced, while
-/// the daemon served): the verb's open would make a new `lock.mdb`, whose write lock is not the
-/// daemon's, and each would write over the other's pages (a mint or revoke reported done and
-/// then lost, a call the daemon acknowledged gone). Asked before the store is opened, so
-/// nothing is made or written.
+/// `data.mdb`, and the store open) without the `lock.mdb` at the path now (removed, or
+/// replaced, while the daemon served): the verb's open would use or make a `lock.mdb` whose
+/// write lock is not the daemon's, and each would write over the other's pages (a mint or
+/// revoke reported done and then lost, a call the daemon acknowledged gone). Asked before the
+/// store is opened, so nothing is made or written.
+///
+/// Decided from the files the `flock`'s holder maps (LMDB maps both `data.mdb` and
+/// `lock.mdb`): one that maps neither has not opened the store (`quickstart` trying its
+/// plugins, a daemon starting) and is let through at once, whoever else holds a `lock.mdb`.
 pub(super) fn refuse_beside_lockless_daemon(db: &std::path::Path) -> CliResult {
+    let Some(holder) = other_holder(db) else {
+        return Ok(());
+    };
+    let Some(maps) = crate::proc_locks::mapped(&holder) else {
+        return refuse_unless_lock_file_held(db);
+    };
+    let lock_path = db.join("lock.mdb");
+    // The kernel names a mapped file by its absolute path, symlinks resolved.
+    let shown = std::fs::canonicalize(db).map(|db| db.join("lock.mdb"));
+    let data = crate::proc_locks::file_id(&store_lock_file(db));
+    let lock = crate::proc_locks::file_id(&lock_path);
+    match serving(&maps, data, lock, shown.ok().as_deref()) {
+        Serving::NotYet | Serving::WithItsLockFile => Ok(()),
+        Serving::WithoutItsLockFile => Err(Failure::fatal(lockless_daemon(db))),
+    }
+}
+
+/// What the holder of a store's `flock` does with the store, from its mappings.
+#[derive(Debug, PartialEq, Eq)]
+enum Serving {
+    /// It maps neither the store's data file nor any `lock.mdb` of it: not opened yet.
+    NotYet,
+    /// It maps the `lock.mdb` at the path now.
+    WithItsLockFile,
+    /// It has the store open but not with the `lock.mdb` at the path now (none there, another
+    /// inode, or its own unlinked).
+    WithoutItsLockFile,
+}
+
+/// [`Serving`] for a holder mapping `maps`, where the store's data file is `data`, its
+/// `lock.mdb` is `lock` (`None`: absent) and is named `lock_path` in `/proc`.
+fn serving(
+    maps: &[crate::proc_locks::Mapped],
+    data: Option<crate::proc_locks::FileId>,
+    lock: Option<crate::proc_locks::FileId>,
+    lock_path: Option<&std::path::Path>,
+) -> Serving {
+    if maps.iter().any(|m| !m.deleted && Some(m.file) == lock) {
+        return Serving::WithItsLockFile;
+    }
+    let opened = maps.iter().any(|m| {
+        Some(m.file) == data || lock_path.is_some_and(|p| std::path::Path::new(&m.path) == p)
+    });
+    if opened {
+        Serving::WithoutItsLockFile
+    } else {
+        Serving::NotYet
+    }
+}
+
+/// Where the holder's mappings cannot be read (another user's daemon, `/proc` mounted
+/// `hidepid`): refuse when nobody holds LMDB's lock on `lock.mdb`, after waiting
+/// [`LOCK_FILE_WAIT`] for a daemon starting. Less exact: a daemon not serving yet for longer
+/// (`quickstart` trying its plugins) is refused, and a `lock.mdb` made and held by another
+/// process since the daemon's was removed lets the verb through.
+fn refuse_unless_lock_file_held(db: &std::path::Path) -> CliResult {
     let until = std::time::Instant::now() + LOCK_FILE_WAIT;
     loop {
-        if !another_serves(db) || broker_core::store::Store::lock_file_held(db) {
+        if other_holder(db).is_none() || broker_core::store::Store::lock_file_held(db) {
             return Ok(());
         }
         if std::time::Instant::now() >= until {
@@ -411,12 +472,13 @@ pub(super) fn refuse_beside_lockless_daemon(db: &std::path::Path) -> CliResult {
     }
 }
 
-/// Whether another process than this one holds the daemon's `flock` on the store's data file
-/// (read from `/proc/locks`, as [`super::doctor::daemon_serves`] reads it): `quickstart` takes
-/// it itself before it mints into an existing store, which no daemon serves yet.
-fn another_serves(db: &std::path::Path) -> bool {
+/// The process other than this one holding the daemon's `flock` on the store's data file, by
+/// its pid (read from `/proc/locks`, as [`super::doctor::daemon_serves`] reads it):
+/// `quickstart` takes it itself before it mints into an existing store, which no daemon
+/// serves yet.
+fn other_holder(db: &std::path::Path) -> Option<String> {
     crate::proc_locks::exclusive_holder(&store_lock_file(db))
-        .is_some_and(|pid| pid != std::process::id().to_string())
+        .filter(|pid| *pid != std::process::id().to_string())
 }
 
 /// [`refuse_beside_lockless_daemon`]'s refusal.
@@ -425,4 +487,82 @@ fn lockless_daemon(db: &std::path::Path) -> String {
         "the daemon serving {} lost its lock.mdb (removed or replaced while it served): this verb would write to the store without the daemon's write lock, and one of their writes would be lost; nothing was written: restart the daemon, then run this verb again",
         db.display()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proc_locks::{FileId, Mapped};
+
+    const DATA: FileId = FileId {
+        major: 0xfd,
+        minor: 1,
+        ino: 10,
+    };
+    const LOCK: FileId = FileId {
+        major: 0xfd,
+        minor: 1,
+        ino: 11,
+    };
+    const PATH: &str = "/srv/db/lock.mdb";
+
+    fn mapped(file: FileId, path: &str, deleted: bool) -> Mapped {
+        Mapped {
+            file,
+            path: path.into(),
+            deleted,
+        }
+    }
+
+    fn serving_with(maps: &[Mapped], lock: Option<FileId>) -> Serving {
+        serving(maps, Some(DATA), lock, Some(std::path::Path::new(PATH)))
+    }
+
+    /// A holder that maps no file of the store has not opened it; one that maps the
+    /// `lock.mdb` at the path serves with it; one that maps the data file without it (none
+    /// there, another inode there, its own unlinked and its inode number reused) lost it.
+    #[test]
+    fn a_holders_mappings_say_whether_it_serves_with_the_lock_file_at_the_path() {
+        let other = mapped(
+            FileId {
+                major: 8,
+                minor: 2,
+                ino: 10,
+            },
+            "/usr/lib/libc.so.6",
+            false,
+        );
+        let data = mapped(DATA, "/srv/db/data.mdb", false);
+        assert_eq!(
+            serving_with(std::slice::from_ref(&other), Some(LOCK)),
+            Serving::NotYet
+        );
+        assert_eq!(serving_with(&[], None), Serving::NotYet);
+        assert_eq!(
+            serving_with(&[data.clone(), mapped(LOCK, PATH, false)], Some(LOCK)),
+            Serving::WithItsLockFile
+        );
+        assert_eq!(
+            serving_with(std::slice::from_ref(&data), None),
+            Serving::WithoutItsLockFile
+        );
+        assert_eq!(
+            serving_with(&[data.clone(), mapped(LOCK, PATH, true)], None),
+            Serving::WithoutItsLockFile
+        );
+        let fresh = FileId { ino: 12, ..LOCK };
+        assert_eq!(
+            serving_with(&[data.clone(), mapped(LOCK, PATH, true)], Some(fresh)),
+            Serving::WithoutItsLockFile
+        );
+        assert_eq!(
+            serving_with(&[data, mapped(LOCK, PATH, true)], Some(LOCK)),
+            Serving::WithoutItsLockFile
+        );
+        // Its own unlinked lock.mdb alone (it was removed while the store was being opened).
+        assert_eq!(
+            serving_with(&[other, mapped(LOCK, PATH, true)], None),
+            Serving::WithoutItsLockFile
+        );
+    }
 }
