@@ -31,7 +31,7 @@ fn store_verbs_refuse_beside_a_daemon_that_lost_its_lock_file_and_write_nothing(
     assert_eq!(before, ["k6"]);
     std::fs::remove_file(db.join("lock.mdb")).unwrap();
     let refusal = format!(
-        "worldd: the daemon serving {} lost its lock.mdb (removed or replaced while it served): this verb would write to the store without the daemon's write lock, and one of their writes would be lost; nothing was written: restart the daemon, then run this verb again\n",
+        "worldd: the daemon serving {} lost its lock.mdb (removed or replaced while it served): this verb would open the store without sharing the daemon's locks, so a write of either could be lost and a read could meet pages the daemon reuses; nothing was written: restart the daemon, then run this verb again\n",
         db.display()
     );
 
@@ -162,7 +162,7 @@ fn quickstart_print_only_reusing_a_credential_is_refused_beside_a_daemon_that_lo
         None,
     );
     let refusal = format!(
-        "worldd: the daemon serving {} lost its lock.mdb (removed or replaced while it served): this verb would write to the store without the daemon's write lock, and one of their writes would be lost; nothing was written: restart the daemon, then run this verb again\n",
+        "worldd: the daemon serving {} lost its lock.mdb (removed or replaced while it served): this verb would open the store without sharing the daemon's locks, so a write of either could be lost and a read could meet pages the daemon reuses; nothing was written: restart the daemon, then run this verb again\n",
         db.display()
     );
     assert_eq!(
@@ -181,7 +181,7 @@ fn quickstart_print_only_reusing_a_credential_is_refused_beside_a_daemon_that_lo
 /// The verbs' refusal line for the store in `db`.
 fn refusal(db: &std::path::Path) -> String {
     format!(
-        "worldd: the daemon serving {} lost its lock.mdb (removed or replaced while it served): this verb would write to the store without the daemon's write lock, and one of their writes would be lost; nothing was written: restart the daemon, then run this verb again\n",
+        "worldd: the daemon serving {} lost its lock.mdb (removed or replaced while it served): this verb would open the store without sharing the daemon's locks, so a write of either could be lost and a read could meet pages the daemon reuses; nothing was written: restart the daemon, then run this verb again\n",
         db.display()
     )
 }

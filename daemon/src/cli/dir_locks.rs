@@ -484,7 +484,7 @@ fn other_holder(db: &std::path::Path) -> Option<String> {
 /// [`refuse_beside_lockless_daemon`]'s refusal.
 fn lockless_daemon(db: &std::path::Path) -> String {
     format!(
-        "the daemon serving {} lost its lock.mdb (removed or replaced while it served): this verb would write to the store without the daemon's write lock, and one of their writes would be lost; nothing was written: restart the daemon, then run this verb again",
+        "the daemon serving {} lost its lock.mdb (removed or replaced while it served): this verb would open the store without sharing the daemon's locks, so a write of either could be lost and a read could meet pages the daemon reuses; nothing was written: restart the daemon, then run this verb again",
         db.display()
     )
 }
