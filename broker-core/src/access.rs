@@ -57,7 +57,8 @@
 //! names is of a public kind as the agent reads it (the genesis document). Other entries are
 //! skipped, not masked: items keep their `entryIndex`, so the gaps are visible, and the page
 //! says where to continue (`next`). Their headers stay readable one by one at `/v1/log/{i}`,
-//! so a chain can be followed through them.
+//! so a chain can be followed through them. A row that no longer decodes is named in the
+//! page's `damaged` to every reader, like a header, rather than failing the page.
 
 use std::ops::Bound;
 
@@ -398,14 +399,28 @@ pub fn may_list(r: &ReadCtx<'_>, reader: &Reader, entry: &Entry) -> Result<bool,
 /// One page of `/v1/log?from&limit`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogPage {
-    /// Entries the reader may list, in index order, at most `limit`.
+    /// Entries the reader may list, in index order, at most `limit` with `damaged`.
     pub items: Vec<Entry>,
     /// Where the next page starts: one past the last position examined.
     pub next: u64,
+    /// Positions examined whose entry no longer decodes, in index order. Named to every
+    /// reader (headers are public by index) so that one damaged row does not fail every page
+    /// that spans it, and a client pages on past it.
+    pub damaged: Vec<DamagedRow>,
+}
+
+/// A log row whose entry no longer decodes: where, and what serde or the canonical-JSON
+/// parser said of it (what `GET /v1/log/{index}` says after `log entry N is damaged: `).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DamagedRow {
+    pub index: u64,
+    pub cause: String,
 }
 
 /// Up to `limit` entries from `from` that `reader` may list, examining at most `max_scan`
-/// positions (the routes pass [`MAX_LOG_SCAN`]) and stopping at the end of the log.
+/// positions (the routes pass [`MAX_LOG_SCAN`]) and stopping at the end of the log. A row
+/// whose entry does not decode is put in `damaged` instead and counts towards `limit`, so a
+/// page's answer stays bounded however many rows are damaged.
 pub fn log_page(
     r: &ReadCtx<'_>,
     reader: &Reader,
@@ -414,20 +429,32 @@ pub fn log_page(
     max_scan: u64,
 ) -> Result<LogPage, LogError> {
     let mut items = Vec::new();
+    let mut damaged = Vec::new();
     let mut next = from;
     for entry in log::entries(r, from)? {
         let (idx, entry) = entry?;
         // The log has no holes; stop at one rather than skip it silently.
-        if idx != next || items.len() >= limit || next - from >= max_scan {
+        if idx != next || items.len() + damaged.len() >= limit || next - from >= max_scan {
             break;
         }
         next = idx + 1;
-        let entry = Entry::from_bytes(entry)?;
+        let entry = match Entry::from_bytes(entry) {
+            Ok(entry) => entry,
+            Err(LogError::Corrupt(cause)) => {
+                damaged.push(DamagedRow { index: idx, cause });
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         if may_list(r, reader, &entry)? {
             items.push(entry);
         }
     }
-    Ok(LogPage { items, next })
+    Ok(LogPage {
+        items,
+        next,
+        damaged,
+    })
 }
 
 /// One page of `/v1/objects/by-semantic-id/{id}`.

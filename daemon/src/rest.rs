@@ -31,7 +31,7 @@ use serde_json::{json, Value};
 
 pub use crate::api_error::ApiError;
 use crate::extract::{Params, Segments};
-use crate::log_summary::{DEFAULT_PAGE, MAX_PAGE};
+use crate::log_summary::{Damaged, DEFAULT_PAGE, MAX_PAGE};
 use crate::state::AppState;
 
 /// Longest `semanticId` or `provenance` of a committed object, in bytes.
@@ -322,10 +322,25 @@ async fn log_range(
         Ok(store.read(|rd| access::log_page(rd, &reader, from, limit, access::MAX_LOG_SCAN))?)
     })
     .await?;
-    Ok(Json(json!({
+    let mut body = json!({
         "items": page.items.iter().map(Entry::to_value).collect::<Vec<_>>(),
         "next": page.next,
-    })))
+    });
+    // As `/v1/log/summaries` names them: present only when the page spans a damaged row.
+    if !page.damaged.is_empty() {
+        body["damaged"] = page
+            .damaged
+            .into_iter()
+            .map(|d| {
+                Damaged {
+                    index: d.index,
+                    cause: d.cause,
+                }
+                .to_json()
+            })
+            .collect();
+    }
+    Ok(Json(body))
 }
 
 async fn registry_head(

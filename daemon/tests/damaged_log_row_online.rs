@@ -1,9 +1,8 @@
 //! One log row that no longer decodes (a flipped byte in its entry JSON), served by a running
-//! daemon: the route of that entry says it is damaged and which entry, pages of summaries
-//! spanning it are still answered with the position marked damaged, a log stream sends the
-//! entries before it and then names it, and online `why` confines the damage where offline
-//! `why` does. The damage is made with LMDB directly, on a stopped
-//! store.
+//! daemon: the route of that entry says it is damaged and which entry, pages of entries and of
+//! summaries spanning it are still answered with the position marked damaged, a log stream
+//! sends the entries before it and then names it, and online `why` confines the damage where
+//! offline `why` does. The damage is made with LMDB directly, on a stopped store.
 
 mod common;
 
@@ -109,6 +108,62 @@ fn a_summaries_page_spanning_an_undecodable_row_is_answered_with_that_position_m
     );
     assert_eq!((code, err.as_str()), (0, ""), "{out}");
     assert_eq!(out.lines().count(), 4, "{out}");
+}
+
+#[test]
+fn a_log_page_spanning_an_undecodable_row_lists_the_intact_entries_and_names_it_damaged() {
+    let (kept, _db) = damaged_row_2();
+    let d = serve(kept);
+    let ops = d.operator_session("ops", &[]);
+    let agent = d.session("ep1", &["Workspace.Read=worktree:9"]);
+    let other = d.session("ep2", &["Workspace.Read=worktree:9"]);
+    let damaged = json!([{
+        "index": 2,
+        "damaged": true,
+        "reason": format!("log entry 2 is damaged: {CAUSE}; run worldd doctor"),
+    }]);
+    // Each listed entry is served as its own route serves it.
+    let entries = |at: &[u64]| -> Vec<Value> {
+        at.iter()
+            .map(|i| get(&d.url(&format!("/v1/log/{i}")), Some(&ops)).json())
+            .collect()
+    };
+    // The damaged row is named to every reader, as summaries name it: headers are public by
+    // index. Another episode's calls stay unlisted.
+    for (token, listed) in [
+        (&ops, &[0, 1, 3, 4][..]),
+        (&agent, &[0, 1, 3, 4][..]),
+        (&other, &[0][..]),
+    ] {
+        let a = get(&d.url("/v1/log?from=0"), Some(token));
+        assert_eq!(
+            (a.status, a.json()),
+            (
+                200,
+                json!({"items": entries(listed), "next": 5, "damaged": damaged})
+            )
+        );
+    }
+    // The damaged row counts towards `limit`, and `next` goes past it so a client pages on.
+    let a = get(&d.url("/v1/log?from=0&limit=3"), Some(&ops));
+    assert_eq!(
+        (a.status, a.json()),
+        (
+            200,
+            json!({"items": entries(&[0, 1]), "next": 3, "damaged": damaged})
+        )
+    );
+    // A page that does not span it says nothing of it: no `damaged` member at all.
+    let a = get(&d.url("/v1/log?from=3"), Some(&ops));
+    assert_eq!(
+        (a.status, a.json()),
+        (200, json!({"items": entries(&[3, 4]), "next": 5}))
+    );
+    let a = get(&d.url("/v1/log?from=0&limit=2"), Some(&ops));
+    assert_eq!(
+        (a.status, a.json()),
+        (200, json!({"items": entries(&[0, 1]), "next": 2}))
+    );
 }
 
 /// An SSE event: its `id` (when it has one), its name and its data.
