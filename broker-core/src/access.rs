@@ -432,9 +432,22 @@ pub fn log_page(
     let mut damaged = Vec::new();
     let mut next = from;
     for entry in log::entries(r, from)? {
-        let (idx, entry) = entry?;
+        if items.len() + damaged.len() >= limit || next - from >= max_scan {
+            break;
+        }
+        let (idx, entry) = match entry {
+            Ok(row) => row,
+            // A row whose own framing does not decode: the log has no holes, so it is the next
+            // position, and the range has stepped past it.
+            Err(StoreError::Corrupt(cause)) => {
+                damaged.push(DamagedRow { index: next, cause });
+                next += 1;
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         // The log has no holes; stop at one rather than skip it silently.
-        if idx != next || items.len() + damaged.len() >= limit || next - from >= max_scan {
+        if idx != next {
             break;
         }
         next = idx + 1;

@@ -8,7 +8,7 @@ use broker_core::coordinator::CallError;
 use broker_core::log;
 use broker_core::object::{sid, Ref};
 use broker_core::refusal_rate::RefusalRate;
-use broker_core::store::StoreError;
+use broker_core::store::{RawTable, StoreError};
 use common::*;
 use serde_json::{json, Value};
 
@@ -509,6 +509,43 @@ fn log_pages_skip_other_episodes_entries_keep_their_indexes_and_say_where_to_con
     // The scan bound: a page may come back empty, and says where to go on.
     assert_eq!(page(&ep("ep-b"), 3, 100, 2), (vec![], 5));
     assert_eq!(page(&ep("ep-b"), 5, 100, 2), (vec![5], 7));
+}
+
+/// A log row whose own framing no longer decodes (not only its entry's JSON) is named in the
+/// page's `damaged`, at its position, and the page goes on past it: it failed every page that
+/// spanned it, as an internal store failure with no index.
+#[test]
+fn a_log_row_whose_framing_is_damaged_is_named_by_the_page_and_passed() {
+    let w = World::new();
+    let a = w.mint("ep-a", &["Workspace.Read=worktree:9"]);
+    for i in 0..3 {
+        w.call(&a, "ailang-read", json!({"path": format!("f{i}")}))
+            .unwrap();
+    }
+    // Too short to hold a row's world ref, lengths and hash.
+    w.store
+        .raw_overwrite(RawTable::LogRow, 2u64.to_be_bytes().to_vec(), vec![7, 7, 7])
+        .unwrap();
+    let p = w
+        .store
+        .read(|r| access::log_page(r, &Reader::Operator, 0, 100, 100))
+        .unwrap();
+    let listed: Vec<u64> = p.items.iter().map(|e| e.header.entry_index).collect();
+    assert_eq!(listed, [0, 1, 3]);
+    assert_eq!(p.next, 4);
+    assert_eq!(
+        p.damaged,
+        [access::DamagedRow {
+            index: 2,
+            cause: "log row 2 is damaged".into()
+        }]
+    );
+    // It counts towards the limit, as an entry does.
+    let p = w
+        .store
+        .read(|r| access::log_page(r, &Reader::Operator, 1, 2, 100))
+        .unwrap();
+    assert_eq!((p.items.len(), p.damaged.len(), p.next), (1, 1, 3));
 }
 
 #[test]
