@@ -139,6 +139,28 @@ fn an_address_with_a_query_or_fragment_is_refused_and_an_upper_case_scheme_is_ta
     }
 }
 
+/// `worldd health` exited 0 on any 200, so `worldd health && echo healthy` said healthy of a
+/// daemon whose store was swapped under it and which refuses every call. The body is still
+/// printed; the exit is 1, with a line naming the status and where operators read about it.
+#[test]
+fn health_of_a_daemon_refusing_every_call_exits_1_naming_its_status() {
+    let d = Daemon::start(&["worldd_workspace"], &[]);
+    let addr = format!("http://{}", d.addr);
+    std::fs::remove_file(d.db().join("lock.mdb")).unwrap();
+    d.wait_for_log("was replaced or removed while this daemon served it");
+    let health = get(&d.url("/v1/health"), None).text();
+    let (code, out, err) = worldd_env(&["health", "--addr", &addr], &[]);
+    assert_eq!(out.trim_end(), health.trim_end());
+    assert!(out.contains(r#""status":"store-replaced""#), "{out}");
+    assert_eq!(
+        (code, err.as_str()),
+        (
+            1,
+            format!("worldd: the daemon at {addr} is not healthy: status store-replaced: it refuses new calls; see docs/operators.md#running-problems\n").as_str()
+        )
+    );
+}
+
 /// A `$WORLD_SESSION` naming a session file by a name that is not UTF-8 was taken for no
 /// variable at all: the request went out without a credential, and the error told the user to
 /// set what they had set. It is read as the path it is. A non-UTF-8 `$WORLD_ADDR` got clap's

@@ -696,8 +696,26 @@ fn print_body(body: &[u8]) -> CliResult {
     Ok(())
 }
 
+/// Prints the body, then fails unless its `status` is `ok`: a daemon past its store's reserve,
+/// on a failing disk or whose store was swapped answers 200 yet refuses every call, and
+/// `worldd health && …` must not read that as healthy.
 pub fn health(c: ClientArgs) -> CliResult {
-    print_body(&get(&c, "/v1/health")?)
+    let body = get(&c, "/v1/health")?;
+    print_body(&body)?;
+    let base = base_url(&c.addr)?;
+    let status = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|v| v.get("status").and_then(Value::as_str).map(str::to_owned));
+    match status.as_deref() {
+        Some("ok") => Ok(()),
+        Some(other) => Err(Failure::usage(format!(
+            "the daemon at {base} is not healthy: status {}: it refuses new calls; see docs/operators.md#running-problems",
+            super::terminal::one_line(other)
+        ))),
+        None => Err(Failure::usage(format!(
+            "the daemon at {base} answered /v1/health without a status: not a worldd daemon, or one this worldd does not know"
+        ))),
+    }
 }
 
 pub fn head(c: ClientArgs) -> CliResult {
