@@ -324,3 +324,31 @@ fn a_stray_last_journal_row_stops_the_start_and_overwrites_nothing() {
     );
     assert_eq!(rows(&db), before);
 }
+
+/// `usage` over an invocation row that does not decode exited 2 with `cannot read …: store is
+/// damaged: …` and no advice, where `doctor` and `why` exit 3 and say to restore the store. It
+/// is damage too, said with what to do.
+#[test]
+fn usage_over_a_damaged_invocation_row_exits_3_sending_to_doctor_and_a_backup() {
+    let (_kept, db) = six_reads();
+    let mut last = 0;
+    tamper(&db, "invocation_rows", |w, t| {
+        for item in t.iter(w).unwrap() {
+            last = u64::from_be_bytes(item.unwrap().0.try_into().unwrap());
+        }
+        t.put(w, &key(last + 1), b"\xff").unwrap();
+    });
+    let (code, out, err) = worldd(&["usage", "--db", db.to_str().unwrap()], None);
+    assert_eq!(
+        (code, out.as_str(), err),
+        (
+            3,
+            "",
+            format!(
+                "worldd: cannot read {}: store is damaged: invocation row {} is damaged; run worldd doctor, and restore the store from a backup\n",
+                db.display(),
+                last + 1
+            )
+        )
+    );
+}

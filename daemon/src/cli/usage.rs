@@ -2,11 +2,12 @@
 //! ([`broker_core::holdings`]).
 
 use broker_core::holdings::{self, Holding};
+use broker_core::store::StoreError;
 use clap::Args;
 use serde_json::json;
 
 use super::session::{open_to_read, seen_is_durable};
-use super::{CliResult, DbArg, Failure};
+use super::{CliResult, DbArg, Failure, StoreDir};
 use crate::byte_size::ByteSize;
 
 #[derive(Args, Debug)]
@@ -18,12 +19,24 @@ pub struct UsageArgs {
     pub json: bool,
 }
 
+/// A read of the holdings that failed. A row that does not decode is damage (exit 3, with the
+/// advice `doctor` gives of it), not a failure to run; anything else (an I/O fault) is exit 2.
+fn read_failed(db: &StoreDir, e: StoreError) -> Failure {
+    match e {
+        StoreError::Corrupt(_) | StoreError::Damaged { .. } => Failure::integrity(format!(
+            "cannot read {}: {e}; run worldd doctor, and restore the store from a backup",
+            db.display()
+        )),
+        e => Failure::fatal(format!("cannot read {}: {e}", db.display())),
+    }
+}
+
 pub fn run(a: UsageArgs) -> CliResult {
     let db = a.db.db()?;
     let store = open_to_read(&db)?;
     let held = store
         .read(holdings::holdings)
-        .map_err(|e| Failure::fatal(format!("cannot read {}: {e}", db.display())))?;
+        .map_err(|e| read_failed(&db, e))?;
     seen_is_durable(&store)?;
     let usage = store.usage();
     let (used, ceiling) = (usage.used, usage.limits.ceiling);
