@@ -198,6 +198,39 @@ fn a_call_that_times_out_says_it_may_still_commit() {
     );
 }
 
+/// `publish` is a tool call too, but its timeout said only that the daemon did not answer: a
+/// script resent a publish that may have committed. It adds what `call` adds.
+#[test]
+fn a_publish_that_times_out_says_it_may_still_commit() {
+    let (addr, heads) = fake_daemon(Play::Silent);
+    let dir = tempfile::tempdir().unwrap();
+    let session = dir.path().join("session");
+    std::fs::write(&session, "ab".repeat(32)).unwrap();
+    std::fs::set_permissions(
+        &session,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let bundle = dir.path().join("b.bundle.json");
+    std::fs::write(&bundle, r#"{"transitions": []}"#).unwrap();
+    let (out, _) = run(&[
+        "publish",
+        bundle.to_str().unwrap(),
+        "--addr",
+        &addr,
+        "--session",
+        session.to_str().unwrap(),
+        "--timeout",
+        "0.5",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out),
+        format!("worldd: the daemon at {addr} did not answer /mcp/ within 0.5 s (--timeout SECS waits longer) — the call may still run and commit; `worldd log tail` shows what committed: check it before retrying a write")
+    );
+    assert!(heads.try_recv().unwrap().starts_with("POST /mcp/ "));
+}
+
 #[test]
 fn a_daemon_that_stops_half_way_through_its_answer_is_given_up_on_at_the_timeout() {
     let (addr, _heads) = fake_daemon(Play::HalfAnswer);

@@ -554,6 +554,54 @@ fn worldd_publish_from_the_terminal() {
     );
 }
 
+/// `worldd publish … > /dev/full` said only `cannot write to stdout: …` after the publish had
+/// committed, so a script on a full disk published again. It says what `call` says: committed,
+/// as which invocation, and how to see it without running it again.
+#[test]
+fn a_publish_whose_output_cannot_be_written_says_it_committed() {
+    let d = start();
+    let token = d.session(
+        "ep1",
+        &["Registry.Publish=worktree:10", "Workspace.Read=worktree:10"],
+    );
+    let file = d.session_file("ep1", &token);
+    let bundle = d.dir.path().join("docs-read.bundle.json");
+    std::fs::write(
+        &bundle,
+        serde_json::to_vec(&json!({"transitions": [docs_read("docs-read", "docs/**")]})).unwrap(),
+    )
+    .unwrap();
+    let out = std::process::Command::new(WORLDD)
+        .args(["publish", path_str(&bundle), "--addr", &d.url("")])
+        .args(["--session", path_str(&file)])
+        .env_remove("WORLD_ADDR")
+        .env_remove("WORLD_SESSION")
+        .stdin(std::process::Stdio::null())
+        .stdout(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/full")
+                .unwrap(),
+        )
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let id = err
+        .strip_prefix("worldd: the call was committed as ")
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap_or_else(|| panic!("{err}"))
+        .to_owned();
+    assert!(id.starts_with("mcp:ep1:"), "{err}");
+    assert!(
+        err.ends_with(&format!(
+            "), but its output could not be written: cannot write to stdout: No space left on device (os error 28); do not run it again: `worldd calls get {id}` shows the commit\n"
+        )),
+        "{err}"
+    );
+    assert!(mcp_tools(&d, &token).contains(&"docs-read".to_owned()));
+}
+
 /// An agent holding a publish grant keeps adding tools: the merged registry, which every
 /// session's `tools/list` carries, stops at 8 MiB with a refusal, and nothing is published.
 #[test]

@@ -1225,6 +1225,24 @@ fn interrupt_note(key: Option<&str>) -> impl Drop {
     Restore(before)
 }
 
+/// Whether a tool call's request reached the daemon and got no whole answer (the timeout, or a
+/// connection cut): the call may be running, and may commit.
+fn went_unanswered(f: &Failure) -> bool {
+    f.message.ends_with(TOO_SLOW) || f.message.contains(CUT_OFF)
+}
+
+/// `f` of a tool call that [`went_unanswered`], saying how to find out whether it committed
+/// before retrying it: a script must not run a write twice.
+fn may_still_commit(mut f: Failure, key: Option<&str>) -> Failure {
+    f.message.push_str(&match key {
+        Some(key) => format!(
+            " — the call may still run and commit; `worldd calls get {key}` says whether it landed, and resending it with the same key never runs it twice"
+        ),
+        None => " — the call may still run and commit; `worldd log tail` shows what committed: check it before retrying a write".to_owned(),
+    });
+    f
+}
+
 pub fn call(a: CallArgs) -> CliResult {
     let args = call_arguments(&a)?;
     let (id, name) = resolve_tool(&a.client, &a.tool)?;
@@ -1238,15 +1256,8 @@ pub fn call(a: CallArgs) -> CliResult {
     };
     let v = match sent {
         Ok(v) => v,
-        Err(mut f) if f.message.ends_with(TOO_SLOW) || f.message.contains(CUT_OFF) => {
-            // The request reached the daemon: the call may be running, and may commit.
-            f.message.push_str(&match &a.idempotency_key {
-                Some(key) => format!(
-                    " — the call may still run and commit; `worldd calls get {key}` says whether it landed, and resending it with the same key never runs it twice"
-                ),
-                None => " — the call may still run and commit; `worldd log tail` shows what committed: check it before retrying a write".to_owned(),
-            });
-            return Err(f);
+        Err(f) if went_unanswered(&f) => {
+            return Err(may_still_commit(f, a.idempotency_key.as_deref()))
         }
         Err(f) if f.message.contains("error -32602: unknown tool ") => {
             return Err(unknown_tool(&a.client, &a.tool))
@@ -1424,13 +1435,31 @@ pub fn publish(a: PublishArgs) -> CliResult {
             return Err(Failure::usage(format!("{file}: not JSON: {e}")));
         }
     };
+    // A publish is a tool call: what it lacks an answer for, or cannot print, may have
+    // committed, and is said as `call` says it.
     let v = mcp(
         &a.client,
         "tools/call",
         json!({"name": "registry-publish", "arguments": {"bundle": bundle}}),
-    )?;
+    )
+    .map_err(|f| {
+        if went_unanswered(&f) {
+            may_still_commit(f, None)
+        } else {
+            f
+        }
+    })?;
     let out = &v["result"]["structuredContent"];
-    outln!("{}", serde_json::to_string_pretty(out).unwrap_or_default());
+    let pretty = serde_json::to_string_pretty(out).unwrap_or_default();
+    if let Err(e) = super::output::try_write(format!("{pretty}\n")) {
+        let meta = &v["result"]["_meta"];
+        return Err(super::output::unwritten_after_commit(
+            e,
+            meta["world/invocationId"].as_str(),
+            meta["world/entryIndex"].as_u64(),
+            None,
+        ));
+    }
     if out["ok"] == Value::Bool(true) {
         Ok(())
     } else {
