@@ -50,6 +50,13 @@ pub fn man(a: ManArgs) -> CliResult {
             let mut cmd = cmd.disable_help_subcommand(true);
             cmd.build();
             write_pages(cmd, &dir)?;
+            // The renames are entries of the directory: synced once all are made, or a crash
+            // after "written" could leave the old pages, or none.
+            std::fs::File::open(&dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| {
+                    Failure::usage(format!("{}: cannot sync the directory: {e}", dir.display()))
+                })?;
             outln!("man pages written to {}", dir.display());
             Ok(())
         }
