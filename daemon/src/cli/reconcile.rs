@@ -9,9 +9,9 @@ use super::{CliResult, Failure};
 
 #[derive(Subcommand, Debug)]
 pub enum CallsCommand {
-    /// What the daemon knows of one of your calls: committed, indeterminate, unrecorded or
-    /// not found (exit 1); damaged (exit 3) when the log no longer holds the entry a committed
-    /// call names.
+    /// What the daemon knows of one of your calls: committed, indeterminate, unrecorded,
+    /// withdrawn, queued or not found (exit 1); damaged (exit 3) when the log no longer holds
+    /// the entry a committed call names.
     #[command(
         after_help = "Examples:\n  worldd calls get write-7\n  worldd calls get t-2 --surface a2a\n  worldd calls get mcp:demo:write-7 --json"
     )]
