@@ -4557,6 +4557,55 @@ async fn a_keyed_call_waiting_behind_its_episode_is_queued_not_safe_to_send() {
         (status, &v["state"]),
         (StatusCode::NOT_FOUND, &json!("not-found"))
     );
+    // A queued call whose client leaves is dropped before its turn: nothing of it ran or was
+    // spent, and reading it back says `not-found` (safe to send), over A2A `Task not found`.
+    let gone = tokio::spawn({
+        let (router, t) = (h.router.clone(), t.clone());
+        async move {
+            let body = keyed_body(json!(3), "ailang-read", json!({"path": "a"}), "r-gone");
+            send(&router, rpc(&t, None, &body)).await
+        }
+    });
+    call_reaches(&h, &t, "r-gone", "queued").await;
+    gone.abort();
+    let left = gone.await;
+    assert!(
+        matches!(&left, Err(e) if e.is_cancelled()),
+        "the queued call answered before its client left"
+    );
+    let (status, v) = h.get_json(&t, "/v1/calls/mcp/r-gone").await;
+    assert_eq!(
+        (status, &v["state"]),
+        (StatusCode::NOT_FOUND, &json!("not-found"))
+    );
+    let a2a_gone = tokio::spawn({
+        let (router, t) = (h.full.clone(), t.clone());
+        async move {
+            let body = v03_send("a-gone", "ailang-read", json!({"path": "a"}));
+            let auth = format!("Bearer {t}");
+            let mut req = request(
+                &[
+                    ("authorization", auth.as_str()),
+                    ("content-type", "application/json"),
+                ],
+                body.to_string(),
+            );
+            *req.uri_mut() = "/a2a/".parse().unwrap();
+            send(&router, req).await
+        }
+    });
+    call_reaches_a2a(&h, &t, "a-gone", "submitted").await;
+    a2a_gone.abort();
+    let left = a2a_gone.await;
+    assert!(
+        matches!(&left, Err(e) if e.is_cancelled()),
+        "the queued call answered before its client left"
+    );
+    let got = h
+        .a2a(&t, None, task_read("tasks/get", json!("a-gone")))
+        .await;
+    assert_eq!(got["error"]["code"], -32001, "{got}");
+    assert_eq!(got["error"]["message"], "Task not found", "{got}");
     h.gate.release();
     assert_eq!(
         running.await.unwrap().sse()["result"]["structuredContent"]["ok"],
@@ -4569,6 +4618,26 @@ async fn a_keyed_call_waiting_behind_its_episode_is_queued_not_safe_to_send() {
     call_reaches(&h, &t, "r-queued", "committed").await;
     let sent: Value = serde_json::from_str(&a2a_wait.await.unwrap().body).unwrap();
     assert_eq!(sent["result"]["status"]["state"], "completed", "{sent}");
+    // The dropped calls never ran, even once the episode's queue moved on: two reads spent
+    // (`r-queued`, `a-queued`), one write, and neither dropped key is journaled.
+    let (status, v) = h.get_json(&t, "/v1/calls/mcp/r-gone").await;
+    assert_eq!(
+        (status, &v["state"]),
+        (StatusCode::NOT_FOUND, &json!("not-found"))
+    );
+    let got = h
+        .a2a(&t, None, task_read("tasks/get", json!("a-gone")))
+        .await;
+    assert_eq!(got["error"]["code"], -32001, "{got}");
+    let (status, b) = h.get_json(&t, "/v1/budget").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        b["grants"],
+        json!([
+            {"effect": "Workspace.Write", "scope": "worktree", "granted": 10, "spent": 1, "remaining": 9, "live": true},
+            {"effect": "Workspace.Read", "scope": "worktree", "granted": 10, "spent": 2, "remaining": 8, "live": true}
+        ])
+    );
 }
 
 /// Poll `tasks/get` of an A2A task until its state is `state`.

@@ -69,7 +69,7 @@ pub(super) async fn answer(
                 ("submitted", "TASK_STATE_SUBMITTED"),
                 json!({ "invocation_id": invocation_id(session, &task_id),
                         "outcome": Outcome::indeterminate("in-flight").to_json() }),
-                Some("the daemon holds this task behind its episode's running call and has journaled nothing of it yet; it runs next: read it again later, and do not send it again under another id"),
+                Some("the daemon holds this task behind its episode's running call and has journaled nothing of it yet; it runs next while your request is open (one that left drops it, and it never ran): read it again later, and do not send it again under another id"),
             );
             return rpc_result(id, task);
         }
