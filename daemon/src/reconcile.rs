@@ -322,7 +322,8 @@ async fn find(
     }
     let id = surface.invocation_id(&episode, task_id);
     // Nothing journaled yet, but the daemon holds the call: it waits behind its episode's
-    // running call (or is being opened). Not safe to send: it is about to run.
+    // running call (or is being opened). Not safe to send while its request is open: it runs
+    // next (a request that left drops it, and it is then absent).
     if state.admission().holds(&episode, &id) {
         return Ok(Found::Queued);
     }

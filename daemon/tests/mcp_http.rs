@@ -4549,7 +4549,7 @@ async fn a_keyed_call_waiting_behind_its_episode_is_queued_not_safe_to_send() {
     assert_eq!(canceled["error"]["code"], -32002, "{canceled}");
     assert_eq!(
         canceled["error"]["data"][0]["metadata"]["why"],
-        "a call cannot be canceled once sent: this one waits behind its episode's running call, then runs to its end and commits; read it again with tasks/get (GetTask)"
+        "a call cannot be canceled once sent: this one waits behind its episode's running call, then runs to its end and commits while your request is open (one that left drops it before it runs); read it again with tasks/get (GetTask)"
     );
     // A key nobody sent is still safe to send.
     let (status, v) = h.get_json(&t, "/v1/calls/mcp/never").await;

@@ -317,7 +317,7 @@ fn not_found(id: &Value, task_id: &str) -> Response {
 /// `-32002 Task cannot be canceled`, with why for the task's state (`None`: queued).
 fn not_cancelable(id: &Value, task_id: &str, view: Option<&TaskView>) -> Response {
     let why = match view {
-        None => "a call cannot be canceled once sent: this one waits behind its episode's running call, then runs to its end and commits; read it again with tasks/get (GetTask)",
+        None => "a call cannot be canceled once sent: this one waits behind its episode's running call, then runs to its end and commits while your request is open (one that left drops it before it runs); read it again with tasks/get (GetTask)",
         Some(TaskView::Running { .. }) => "a call cannot be canceled once sent: its handler runs to its end and the call commits; read it again with tasks/get (GetTask)",
         Some(TaskView::Committed { .. }) => "the task is committed: its result is in the log",
         Some(TaskView::Indeterminate { .. } | TaskView::Unrecorded { .. }) => {
