@@ -34,6 +34,7 @@ mod client;
 mod crash_guard;
 mod dir_locks;
 mod doctor;
+mod held_signals;
 mod input;
 mod log_fields;
 mod log_line;

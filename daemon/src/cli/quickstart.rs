@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 
 use super::dir_locks;
+use super::held_signals::HeldSignals;
 use super::serve::{self, ServeArgs};
 use super::{CliResult, Failure};
 use crate::text::{shell_path, shell_word};
@@ -152,16 +153,10 @@ pub fn run(mut a: QuickstartArgs) -> CliResult {
         Some(minting)
     };
     // After the question, whose screen its log lines would crowd, and before anything is made:
-    // a config the plugins themselves refuse stops the run here, with nothing made. The threads
-    // the trial starts (the exit guard's watcher, a plugin's that outlive its start) are made
-    // with Ctrl-C, SIGTERM and SIGHUP blocked, so that none of them takes a signal meant for the
-    // run while the signals are held below: it would end the process between the store and the
-    // credential. One that came during the trial ends the run when it is let through, before
-    // anything is made.
-    let blocked = HeldSignals::hold();
-    let tried = serve::try_plugins(&serving);
-    drop(blocked);
-    tried?;
+    // a config the plugins themselves refuse stops the run here, with nothing made. (The
+    // threads the trial leaves need no care for the hold below: it holds the signals for the
+    // whole process, whichever thread one is delivered to.)
+    serve::try_plugins(&serving)?;
     // From the answer until the credential is written, Ctrl-C, SIGTERM and a closed
     // terminal wait: they would otherwise end the run between the store and the credential,
     // and leave a store and a worktree the next run takes for not its own.
@@ -469,37 +464,6 @@ fn holds_no_credential(db: &Path) -> bool {
         return true;
     };
     broker_core::session::list(&store).is_ok_and(|l| l.sessions.is_empty() && l.damaged.is_empty())
-}
-
-/// SIGINT, SIGTERM and SIGHUP blocked while held: one that arrives meanwhile is delivered
-/// (with its usual effect) once the hold is dropped.
-struct HeldSignals(libc::sigset_t);
-
-impl HeldSignals {
-    fn hold() -> HeldSignals {
-        // SAFETY: the sets are plain values initialised by sigemptyset before use, and
-        // pthread_sigmask only reads `set` and writes `old`.
-        unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            let mut old: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigemptyset(&mut old);
-            for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-                libc::sigaddset(&mut set, signal);
-            }
-            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
-            HeldSignals(old)
-        }
-    }
-}
-
-impl Drop for HeldSignals {
-    fn drop(&mut self) {
-        // SAFETY: restores the mask `hold` saved; a pending signal is delivered now.
-        unsafe {
-            libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut());
-        }
-    }
 }
 
 /// What a quickstart run made: the store and the directories this run's own mkdir made

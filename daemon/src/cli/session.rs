@@ -11,6 +11,7 @@ use broker_core::session::{self, Session};
 use broker_core::store::{Store, StoreError, StoreOptions};
 use clap::{Args, Subcommand};
 
+use super::held_signals::HeldSignals;
 use super::secret_file::SecretFile;
 use super::{now, CliResult, DbArg, Failure, StoreDir};
 
@@ -545,6 +546,9 @@ fn mint(
         );
     }
     minting.confirm()?;
+    // From the answer until the credential is written: Ctrl-C, SIGTERM or a closed terminal
+    // between the mint and the file would leave a live credential nobody holds.
+    let _held = HeldSignals::hold();
     minting.deliver()
 }
 
@@ -965,16 +969,21 @@ fn new(a: NewArgs) -> CliResult {
         errln!("worldd session: warning: {warning}");
     }
     minting.confirm()?;
+    // From the answer until the credential is written (or what was made is removed again),
+    // Ctrl-C, SIGTERM and a closed terminal wait: mid-checkout they left a worktree the next
+    // run refuses as existing and no credential, after the mint a credential nobody holds.
+    let held = HeldSignals::hold();
     super::placement::create_private_dir_all(&root)
         .map_err(|e| Failure::usage(format!("cannot create {}: {e}", root.display())))?;
-    create_worktree(&worktree, a.repo.as_deref(), replace)?;
+    create_worktree(&worktree, a.repo.as_deref(), replace, &held)?;
     let result = minting.deliver();
     if result.is_err() {
         // Leave nothing half-made behind.
-        remove_worktree(&worktree, a.repo.as_deref());
+        remove_worktree(&worktree, a.repo.as_deref(), &held);
     } else {
         errln!("worldd session new: worktree {}", worktree.display());
     }
+    drop(held);
     result
 }
 
@@ -1106,7 +1115,12 @@ fn stale_registration(repo: &Path, path: &Path) -> StaleRegistration {
 /// or read the episode's files (see `serve::create_private_dir_all`). With `--repo`, git
 /// checks out into the empty directory made so; `replace` replaces the registration git still
 /// holds for the path (its directory gone: see [`stale_registration`]).
-fn create_worktree(path: &Path, repo: Option<&Path>, replace: bool) -> CliResult {
+fn create_worktree(
+    path: &Path,
+    repo: Option<&Path>,
+    replace: bool,
+    held: &HeldSignals,
+) -> CliResult {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .mode(0o700)
@@ -1116,6 +1130,7 @@ fn create_worktree(path: &Path, repo: Option<&Path>, replace: bool) -> CliResult
         None => Ok(()),
         Some(repo) => {
             let mut git = repo_git(repo);
+            held.also_in(&mut git);
             git.args(["worktree", "add", "--detach"]);
             if replace {
                 git.arg("--force");
@@ -1135,9 +1150,11 @@ fn create_worktree(path: &Path, repo: Option<&Path>, replace: bool) -> CliResult
     }
 }
 
-fn remove_worktree(path: &Path, repo: Option<&Path>) {
+fn remove_worktree(path: &Path, repo: Option<&Path>, held: &HeldSignals) {
     if let Some(repo) = repo {
-        let _ = repo_git(repo)
+        let mut git = repo_git(repo);
+        held.also_in(&mut git);
+        let _ = git
             .args(["worktree", "remove", "--force"])
             .arg(std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()))
             .status();
