@@ -762,8 +762,8 @@ impl<'a> Minting<'a> {
                 if let Err(e) = file.commit(format!("{}\n", minted.token).as_bytes()) {
                     // Undelivered, so unusable: revoke it rather than leave a live credential
                     // nobody holds.
-                    let _ = session::revoke(&store, &s.credential_id);
-                    return Err(Failure::usage(format!("{e}; the credential was revoked")));
+                    let revoked = session::revoke(&store, &s.credential_id);
+                    return Err(undelivered(e.to_string(), &s.credential_id, revoked));
                 }
                 // On stderr, as a report: stdout carries only data (the credential, without
                 // `--out`), so that `quickstart > mcp.json` holds the configuration alone.
@@ -777,15 +777,32 @@ impl<'a> Minting<'a> {
             _ => {
                 if let Err(e) = super::output::try_write(format!("{}\n", minted.token)) {
                     // Undelivered, as above; and said, even for a closed pipe.
-                    let _ = session::revoke(&store, &s.credential_id);
-                    return Err(Failure::usage(format!(
-                        "{}; the credential was revoked",
-                        super::output::unwritten(&e)
-                    )));
+                    let revoked = session::revoke(&store, &s.credential_id);
+                    return Err(undelivered(
+                        super::output::unwritten(&e),
+                        &s.credential_id,
+                        revoked,
+                    ));
                 }
             }
         }
         Ok(())
+    }
+}
+
+/// The failure of a credential minted but not delivered (`why` says why not), given what
+/// revoking it came to. A full or failing disk that refused the credential's file often
+/// refuses the revoke's durable write too: then the credential is live, and said so.
+fn undelivered(
+    why: String,
+    credential_id: &str,
+    revoked: Result<bool, session::SessionError>,
+) -> Failure {
+    match revoked {
+        Ok(_) => Failure::usage(format!("{why}; the credential was revoked")),
+        Err(e) => Failure::fatal(format!(
+            "{why}; it could not be revoked ({e}): run worldd session revoke {credential_id} once there is room"
+        )),
     }
 }
 
@@ -1381,6 +1398,40 @@ fn revoke_one(store: &Store, db: &Path, given: &str) -> CliResult {
 
 #[cfg(test)]
 mod tests {
+    use broker_core::session::SessionError;
+    use broker_core::store::StoreError;
+
+    /// The revoke of a credential that could not be written was said done whatever it came
+    /// to: when the disk that refused the file refused the revoke too, the credential stayed
+    /// live while the operator was told it was revoked.
+    #[test]
+    fn an_undelivered_credential_is_said_revoked_only_when_the_revoke_succeeded() {
+        let id = "ab".repeat(32);
+        let why = || "cannot write to stdout: No space left on device (os error 28)".to_owned();
+        let done = super::undelivered(why(), &id, Ok(true));
+        assert_eq!(
+            (done.code, done.message.as_str()),
+            (
+                1,
+                "cannot write to stdout: No space left on device (os error 28); the credential was revoked"
+            )
+        );
+        let failed = super::undelivered(
+            why(),
+            &id,
+            Err(SessionError::Store(StoreError::DiskFull(
+                "No space left on device (os error 28)".into(),
+            ))),
+        );
+        assert_eq!(
+            (failed.code, failed.message),
+            (
+                2,
+                format!("cannot write to stdout: No space left on device (os error 28); it could not be revoked (disk full: the store's filesystem has no space left (No space left on device (os error 28))): run worldd session revoke {id} once there is room")
+            )
+        );
+    }
+
     #[test]
     fn a_grant_a_letter_or_two_from_a_shipped_one_is_named_as_its_likely_typo() {
         let effects = super::known_effects();
