@@ -1203,8 +1203,16 @@ fn rfc3339(t: i64) -> String {
 
 fn list(a: ListArgs) -> CliResult {
     let store = open_to_read(&a.db.db()?)?;
-    let session::Listing { sessions, damaged } =
-        session::list(&store).map_err(|e| Failure::fatal(e.to_string()))?;
+    let session::Listing { sessions, damaged } = session::list(&store).map_err(|e| match e {
+        // Damage met reading, past the open: exit 3 and the way out, as `doctor` and `why` say
+        // it (2 is a store that does not open at all).
+        session::SessionError::Store(StoreError::Corrupt(_) | StoreError::Truncated { .. }) => {
+            Failure::integrity(format!(
+                "{e}; run worldd doctor, and restore the store from a backup"
+            ))
+        }
+        e => Failure::fatal(e.to_string()),
+    })?;
     seen_is_durable(&store)?;
     let t = now();
     if a.json {
