@@ -69,8 +69,9 @@ fn outer_worldd_pid(needle: &str) -> u32 {
 }
 
 /// `session new ep --repo` at a terminal, answered `y`; `interrupt` is called while git checks
-/// the worktree out. Returns the directory and the exit code `script` passed on.
+/// the worktree out; `shell` runs before it, in the same shell. Returns the directory and the exit code `script` passed on.
 fn new_interrupted(
+    shell: &str,
     interrupt: impl FnOnce(&mut std::process::Child, &str),
 ) -> (tempfile::TempDir, Option<i32>) {
     let dir = tempfile::tempdir().unwrap();
@@ -86,7 +87,7 @@ fn new_interrupted(
     let bin = slow_git(dir.path(), &started);
     let out = dir.path().join("ep.session");
     let cmd = format!(
-        "PATH={}:$PATH {WORLDD} session new ep --db {} --workspace-root {} --repo {} --preset se-tools --out {}",
+        "{shell} PATH={}:$PATH exec {WORLDD} session new ep --db {} --workspace-root {} --repo {} --preset se-tools --out {}",
         bin.display(),
         db.display(),
         dir.path().join("wt").display(),
@@ -146,7 +147,7 @@ fn made_whole(dir: &Path) {
 
 #[test]
 fn ctrl_c_during_session_news_checkout_takes_effect_once_worktree_and_credential_are_made() {
-    let (dir, code) = new_interrupted(|script, _| {
+    let (dir, code) = new_interrupted("", |script, _| {
         // Ctrl-C typed at the terminal: SIGINT to every process of the foreground group.
         script.stdin.as_mut().unwrap().write_all(b"\x03").unwrap();
     });
@@ -162,7 +163,7 @@ fn ctrl_c_during_session_news_checkout_takes_effect_once_worktree_and_credential
 
 #[test]
 fn sigterm_to_the_worldd_started_during_session_news_checkout_takes_effect_once_all_is_made() {
-    let (dir, code) = new_interrupted(|_, needle| {
+    let (dir, code) = new_interrupted("", |_, needle| {
         let pid = outer_worldd_pid(needle);
         let sent = Command::new("kill")
             .args(["-TERM", &pid.to_string()])
@@ -177,4 +178,29 @@ fn sigterm_to_the_worldd_started_during_session_news_checkout_takes_effect_once_
     );
     made_whole(dir.path());
     assert_eq!(code, Some(128 + libc::SIGTERM));
+}
+
+#[test]
+fn a_hangup_of_the_worldd_started_during_session_news_checkout_takes_effect_once_all_is_made() {
+    let (dir, code) = new_interrupted("", |_, needle| {
+        let pid = outer_worldd_pid(needle);
+        let sent = Command::new("kill")
+            .args(["-HUP", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+    });
+    made_whole(dir.path());
+    assert_eq!(code, Some(128 + libc::SIGHUP));
+}
+
+/// A Ctrl-C the verb was started ignoring stays ignored: the hold does not turn it into one
+/// that takes effect at the end.
+#[test]
+fn a_ctrl_c_session_new_was_started_ignoring_stays_ignored() {
+    let (dir, code) = new_interrupted("trap '' INT;", |script, _| {
+        script.stdin.as_mut().unwrap().write_all(b"\x03").unwrap();
+    });
+    made_whole(dir.path());
+    assert_eq!(code, Some(0));
 }

@@ -59,7 +59,13 @@ pub fn guarded(verb: &str, run: impl FnOnce() -> i32) -> i32 {
             action.sa_sigaction = pass_on as extern "C" fn(libc::c_int) as libc::sighandler_t;
             action.sa_flags = libc::SA_RESTART;
             libc::sigemptyset(&mut action.sa_mask);
-            libc::sigaction(signal, &action, std::ptr::null_mut());
+            // One this process was started ignoring (`nohup`) stays ignored, here and in the
+            // child (which inherited that).
+            let mut before: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(signal, std::ptr::null(), &mut before);
+            if before.sa_sigaction != libc::SIG_IGN {
+                libc::sigaction(signal, &action, std::ptr::null_mut());
+            }
         }
     }
     restore(&unblocked);

@@ -37,7 +37,12 @@ impl HeldSignals {
             action.sa_flags = libc::SA_RESTART;
             libc::sigemptyset(&mut action.sa_mask);
             for (signal, old) in HELD.iter().zip(before.iter_mut()) {
-                libc::sigaction(*signal, &action, old);
+                libc::sigaction(*signal, std::ptr::null(), old);
+                // One this process was started ignoring (`nohup`, a shell's background job)
+                // stays ignored: held, it would take effect at the end.
+                if old.sa_sigaction != libc::SIG_IGN {
+                    libc::sigaction(*signal, &action, std::ptr::null_mut());
+                }
             }
             HeldSignals { before }
         }
