@@ -195,8 +195,7 @@ fn bodies_up_to_the_limit_are_read_whole_however_they_are_framed() {
         );
     }
     s.write_all(&pipelined).unwrap();
-    for _ in 0..4 {
-        let (head, body) = read_one_answer(&mut s);
+    for (head, body) in read_answers(&mut s, 4) {
         let a = answer_of(&head, body);
         assert_eq!(a.status, 200, "{}", a.text());
     }
@@ -214,8 +213,7 @@ fn bodies_up_to_the_limit_are_read_whole_however_they_are_framed() {
         );
     }
     s.write_all(&pipelined).unwrap();
-    for _ in 0..30 {
-        let (head, body) = read_one_answer(&mut s);
+    for (head, body) in read_answers(&mut s, 30) {
         let a = answer_of(&head, body);
         assert_eq!(a.status, 200, "{}", a.text());
     }

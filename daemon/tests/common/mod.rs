@@ -1046,6 +1046,48 @@ pub fn read_one_answer(s: &mut std::net::TcpStream) -> (String, Vec<u8>) {
     })
 }
 
+/// `n` HTTP responses read from `s` in order, for requests sent pipelined: the bytes of one
+/// read past an answer are the next answer's (a loaded machine hands several small answers to
+/// one read), which [`read_one_answer`] would drop. Panics when the connection ends first.
+pub fn read_answers(s: &mut std::net::TcpStream, n: usize) -> Vec<(String, Vec<u8>)> {
+    use std::io::Read;
+    let mut buf = Vec::new();
+    let mut answers = Vec::new();
+    let mut chunk = [0u8; 8192];
+    while answers.len() < n {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+            let length = head
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse::<usize>().ok())?
+                })
+                .unwrap_or(0);
+            if buf.len() >= end + 4 + length {
+                answers.push((head, buf[end + 4..end + 4 + length].to_vec()));
+                buf.drain(..end + 4 + length);
+                continue;
+            }
+        }
+        match s.read(&mut chunk) {
+            Ok(0) | Err(_) => panic!(
+                "connection closed after {} of {n} answers: {:?}",
+                answers.len(),
+                String::from_utf8_lossy(&buf)
+            ),
+            Ok(k) => buf.extend_from_slice(&chunk[..k]),
+        }
+    }
+    assert!(
+        buf.is_empty(),
+        "more than {n} answers: {:?}",
+        String::from_utf8_lossy(&buf)
+    );
+    answers
+}
+
 /// [`read_one_answer`], or, when the connection ends (or fails) first, what it had read.
 pub fn read_one_answer_unless_closed(
     s: &mut std::net::TcpStream,
