@@ -1055,21 +1055,10 @@ pub fn read_answers(s: &mut std::net::TcpStream, n: usize) -> Vec<(String, Vec<u
     let mut answers = Vec::new();
     let mut chunk = [0u8; 8192];
     while answers.len() < n {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-            let length = head
-                .lines()
-                .find_map(|l| {
-                    let (k, v) = l.split_once(':')?;
-                    k.eq_ignore_ascii_case("content-length")
-                        .then(|| v.trim().parse::<usize>().ok())?
-                })
-                .unwrap_or(0);
-            if buf.len() >= end + 4 + length {
-                answers.push((head, buf[end + 4..end + 4 + length].to_vec()));
-                buf.drain(..end + 4 + length);
-                continue;
-            }
+        if let Some((answer, used)) = whole_answer(&buf) {
+            answers.push(answer);
+            buf.drain(..used);
+            continue;
         }
         match s.read(&mut chunk) {
             Ok(0) | Err(_) => panic!(
@@ -1088,6 +1077,23 @@ pub fn read_answers(s: &mut std::net::TcpStream, n: usize) -> Vec<(String, Vec<u
     answers
 }
 
+/// The first whole HTTP response in `buf` (its head as text, a body of its `Content-Length`),
+/// and how many bytes of `buf` it took; `None` until all of it is there.
+fn whole_answer(buf: &[u8]) -> Option<((String, Vec<u8>), usize)> {
+    let end = buf.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+    let length = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse::<usize>().ok())?
+        })
+        .unwrap_or(0);
+    let used = end + 4 + length;
+    (buf.len() >= used).then(|| ((head, buf[end + 4..used].to_vec()), used))
+}
+
 /// [`read_one_answer`], or, when the connection ends (or fails) first, what it had read.
 pub fn read_one_answer_unless_closed(
     s: &mut std::net::TcpStream,
@@ -1096,19 +1102,8 @@ pub fn read_one_answer_unless_closed(
     let mut buf = Vec::new();
     let mut chunk = [0u8; 8192];
     loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-            let length = head
-                .lines()
-                .find_map(|l| {
-                    let (k, v) = l.split_once(':')?;
-                    k.eq_ignore_ascii_case("content-length")
-                        .then(|| v.trim().parse::<usize>().ok())?
-                })
-                .unwrap_or(0);
-            if buf.len() >= end + 4 + length {
-                return Ok((head, buf[end + 4..end + 4 + length].to_vec()));
-            }
+        if let Some((answer, _)) = whole_answer(&buf) {
+            return Ok(answer);
         }
         match s.read(&mut chunk) {
             Ok(0) | Err(_) => return Err(buf),
